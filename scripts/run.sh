@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The one entry point behind every npm script: makes sure Node 24, the npm dependencies and the
+# test-time binaries are there, then runs the command with Node 24 first on PATH.
+#
+#   scripts/run.sh test           type check, then every test (vitest)
+#   scripts/run.sh tsc            type check
+#   scripts/run.sh node FILE ...  any Node 24 program of ours
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${OCM_FUNCTIONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ocm-functions}
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+# Node 24: the machines ship Node 20, which client-node 2.x, vitest 5 and type stripping need past.
+node_major() { "${1:-node}" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if [ "$(node_major)" -lt 24 ]; then
+  node24="$cache/node24"
+  if [ "$(node_major "$node24/bin/node")" -lt 24 ]; then
+    say "installing Node 24 from the npm registry into $node24"
+    npm install --global --prefix "$node24" --no-fund --no-audit node@24 >&2
+    [ "$(node_major "$node24/bin/node")" -ge 24 ] || { say "Node 24 install failed"; exit 1; }
+  fi
+  export PATH="$node24/bin:$PATH"
+fi
+
+# npm dependencies: install when the lock file changed since the last install.
+stamp="$root/node_modules/.installed-lock"
+if ! cmp -s "$root/package-lock.json" "$stamp" 2>/dev/null; then
+  say "installing npm dependencies"
+  (cd "$root" && npm ci --no-fund --no-audit >&2)
+  cp "$root/package-lock.json" "$stamp"
+fi
+
+# etcd, kube-apiserver, kube-controller-manager (KUBEBUILDER_ASSETS, when set, wins, as in envtest).
+if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
+  OCM_FUNCTIONS_BIN=$("$root/scripts/build-tools.sh" ${OCM_FUNCTIONS_TOOLS:-})
+  export OCM_FUNCTIONS_BIN
+fi
+
+cd "$root"
+cmd=${1:?usage: scripts/run.sh test|tsc|node FILE...}; shift
+case "$cmd" in
+  test) node node_modules/typescript/bin/tsc -p . && exec node node_modules/vitest/vitest.mjs run "$@" ;;
+  tsc) exec node node_modules/typescript/bin/tsc -p . "$@" ;;
+  node) exec node "$@" ;;
+  *) say "unknown command $cmd"; exit 2 ;;
+esac

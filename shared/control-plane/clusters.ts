@@ -1,0 +1,294 @@
+// Real local Kubernetes clusters for tests and `npm start`: one etcd, and per cluster a
+// kube-apiserver and kube-controller-manager on loopback with certificate authorities of its own.
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, rmSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createServer } from "node:net";
+import { request } from "node:https";
+import { request as httpRequest } from "node:http";
+import { randomBytes } from "node:crypto";
+import { ApiextensionsV1Api, CoreV1Api, type V1CustomResourceDefinition } from "@kubernetes/client-node";
+import { parseAllDocuments } from "yaml";
+import { createCertificateAuthority, issueCertificate, generateKeyPair, privateKeyToPem, publicKeyToPem, type CertificateAuthority } from "../pki.ts";
+import { buildKubeconfig, kubeConfigFrom } from "../kube/kubeconfig.ts";
+import { findBinaries, type Binaries } from "./binaries.ts";
+import { startGuard, startProcess, stopProcess, logTail, type Managed } from "./processes.ts";
+
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+// Controllers a test cluster needs so it behaves like a real one: approved CSRs get signed,
+// deleted namespaces empty and go, owned objects are collected.
+export const DEFAULT_CONTROLLERS = ["csrsigning", "csrcleaner", "namespace", "garbagecollector"] as const;
+
+export type StartOptions = {
+  names: readonly string[];
+  controllers?: readonly string[] | false; // false: no kube-controller-manager
+  crds?: readonly object[] | false; // default: every CRD in manifests/crds
+  log?: (line: string) => void;
+};
+
+export type User = { user: string; groups?: readonly string[]; notAfter?: Date };
+
+export class LocalCluster {
+  readonly name: string;
+  readonly url: string;
+  readonly dir: string;
+  readonly servingCa: CertificateAuthority;
+  readonly clientCa: CertificateAuthority;
+  adminKubeconfig = "";
+  apiserver?: Managed;
+  controllerManager?: Managed;
+
+  constructor(o: { name: string; port: number; dir: string; servingCa: CertificateAuthority; clientCa: CertificateAuthority }) {
+    this.name = o.name;
+    this.url = `https://127.0.0.1:${o.port}`;
+    this.dir = o.dir;
+    this.servingCa = o.servingCa;
+    this.clientCa = o.clientCa;
+  }
+
+  get caPem(): string {
+    return this.servingCa.certPem;
+  }
+
+  // A kubeconfig for any user and groups, with a client certificate from this cluster's client CA,
+  // as envtest's AddUser does. Tests run functions under such identities, not system:masters.
+  async kubeconfigFor(u: User): Promise<string> {
+    const cert = await issueCertificate(this.clientCa, { subject: { commonName: u.user, organizations: u.groups }, usage: "client", notAfter: u.notAfter });
+    return buildKubeconfig({
+      server: this.url,
+      caPem: this.caPem,
+      clusterName: this.name,
+      userName: u.user,
+      credentials: { kind: "certificate", certPem: cert.certPem, keyPem: cert.keyPem },
+    });
+  }
+
+  admin() {
+    return kubeConfigFrom(this.adminKubeconfig);
+  }
+
+  // A bootstrap token (kube-system/bootstrap-token-<id>) that authenticates as
+  // system:bootstrap:<id> in system:bootstrappers plus the extra groups.
+  async createBootstrapToken(extraGroups: readonly string[] = []): Promise<{ token: string; user: string; kubeconfig: string }> {
+    const id = randomBytes(3).toString("hex");
+    const secret = randomBytes(8).toString("hex");
+    await this.admin()
+      .makeApiClient(CoreV1Api)
+      .createNamespacedSecret({
+        namespace: "kube-system",
+        body: {
+          metadata: { name: `bootstrap-token-${id}` },
+          type: "bootstrap.kubernetes.io/token",
+          stringData: {
+            "token-id": id,
+            "token-secret": secret,
+            "usage-bootstrap-authentication": "true",
+            ...(extraGroups.length ? { "auth-extra-groups": extraGroups.join(",") } : {}),
+          },
+        },
+      });
+    const token = `${id}.${secret}`;
+    const kubeconfig = buildKubeconfig({ server: this.url, caPem: this.caPem, clusterName: this.name, userName: `bootstrap-${id}`, credentials: { kind: "token", token } });
+    return { token, user: `system:bootstrap:${id}`, kubeconfig };
+  }
+}
+
+export type LocalClusters = {
+  clusters: LocalCluster[];
+  get(name: string): LocalCluster;
+  stop(): Promise<void>;
+  startupMs: number;
+};
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function poll(what: string, check: () => Promise<boolean>, timeoutMs: number, failed?: () => string | undefined): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 20; ; delay = Math.min(delay * 1.5, 250)) {
+    if (await check().catch(() => false)) return;
+    const why = failed?.();
+    if (why !== undefined) throw new Error(`${what}: ${why}`);
+    if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
+
+// ca "self-signed": a loopback health endpoint whose serving certificate the process made itself.
+function httpOk(url: string, ca?: string | "self-signed"): Promise<boolean> {
+  const tls = ca === "self-signed" ? { rejectUnauthorized: false } : { ca };
+  return new Promise((resolve) => {
+    const req = (url.startsWith("https:") ? request : httpRequest)(url, { ...tls, timeout: 2_000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("error", () => resolve(false));
+    req.on("timeout", () => req.destroy());
+    req.end();
+  });
+}
+
+const exitedEarly = (m: Managed) => () => (m.child.exitCode !== null ? `exited with ${m.child.exitCode}:\n${logTail(m)}` : undefined);
+
+export function ocmCrds(): object[] {
+  const dir = join(repoRoot, "manifests", "crds");
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".yaml"))
+    .sort()
+    .flatMap((f) => parseAllDocuments(readFileSync(join(dir, f), "utf8")).map((d) => d.toJS() as object));
+}
+
+async function installCrds(cluster: LocalCluster, crds: readonly object[]): Promise<void> {
+  const api = cluster.admin().makeApiClient(ApiextensionsV1Api);
+  const created = await Promise.all(crds.map((body) => api.createCustomResourceDefinition({ body: body as V1CustomResourceDefinition })));
+  for (const crd of created) {
+    const name = crd.metadata!.name!;
+    await poll(`CRD ${name} on ${cluster.name}`, async () => {
+      const got = await api.readCustomResourceDefinition({ name });
+      return got.status?.conditions?.some((c) => c.type === "Established" && c.status === "True") ?? false;
+    }, 30_000);
+  }
+}
+
+async function startEtcd(bin: Binaries, runDir: string): Promise<{ url: string; process: Managed }> {
+  const [client, peer] = [await freePort(), await freePort()];
+  const data = join(runDir, "etcd");
+  const url = `http://127.0.0.1:${client}`;
+  const p = startProcess(runDir, "etcd", bin.etcd, [
+    "--name=local",
+    `--data-dir=${data}`,
+    `--listen-client-urls=${url}`,
+    `--advertise-client-urls=${url}`,
+    `--listen-peer-urls=http://127.0.0.1:${peer}`,
+    `--initial-advertise-peer-urls=http://127.0.0.1:${peer}`,
+    `--initial-cluster=local=http://127.0.0.1:${peer}`,
+    "--unsafe-no-fsync=true",
+    "--logger=zap",
+    "--log-level=warn",
+  ]);
+  await poll("etcd", () => httpOk(`${url}/health`), 30_000, exitedEarly(p));
+  return { url, process: p };
+}
+
+type Run = { bin: Binaries; runDir: string; etcdUrl: string; started: Managed[] };
+
+async function startCluster(run: Run, name: string, o: StartOptions): Promise<LocalCluster> {
+  const { bin, runDir, etcdUrl } = run;
+  const dir = join(runDir, name);
+  mkdirSync(dir, { recursive: true });
+  const [servingCa, clientCa, saKeys, port] = await Promise.all([
+    createCertificateAuthority(`${name}-serving-ca`),
+    createCertificateAuthority(`${name}-client-ca`),
+    generateKeyPair(),
+    freePort(),
+  ]);
+  const cluster = new LocalCluster({ name, port, dir, servingCa, clientCa });
+  const serving = await issueCertificate(servingCa, { subject: { commonName: "kube-apiserver" }, usage: "server", hosts: ["127.0.0.1", "localhost", "::1"] });
+  const files: Record<string, string> = {
+    "serving.crt": serving.certPem,
+    "serving.key": serving.keyPem,
+    "client-ca.crt": clientCa.certPem,
+    "client-ca.key": clientCa.keyPem,
+    "sa.key": await privateKeyToPem(saKeys.privateKey),
+    "sa.pub": await publicKeyToPem(saKeys.publicKey),
+  };
+  for (const [f, text] of Object.entries(files)) writeFileSync(join(dir, f), text, { mode: 0o600 });
+
+  cluster.apiserver = startProcess(runDir, `${name}-apiserver`, bin.apiserver, [
+    `--etcd-servers=${etcdUrl}`,
+    `--etcd-prefix=/${name}`,
+    "--bind-address=127.0.0.1",
+    "--advertise-address=127.0.0.1",
+    `--secure-port=${port}`,
+    `--tls-cert-file=${join(dir, "serving.crt")}`,
+    `--tls-private-key-file=${join(dir, "serving.key")}`,
+    `--client-ca-file=${join(dir, "client-ca.crt")}`,
+    `--service-account-issuer=${cluster.url}`,
+    `--service-account-key-file=${join(dir, "sa.pub")}`,
+    `--service-account-signing-key-file=${join(dir, "sa.key")}`,
+    "--service-cluster-ip-range=10.0.0.0/24",
+    "--authorization-mode=RBAC",
+    "--enable-bootstrap-token-auth",
+    "--disable-admission-plugins=ServiceAccount",
+    "--enable-priority-and-fairness=false",
+    "--endpoint-reconciler-type=none",
+    "--profiling=false",
+  ]);
+  run.started.push(cluster.apiserver);
+  await poll(`kube-apiserver ${name}`, () => httpOk(`${cluster.url}/readyz`, cluster.caPem), 60_000, exitedEarly(cluster.apiserver));
+
+  cluster.adminKubeconfig = await cluster.kubeconfigFor({ user: "admin", groups: ["system:masters"] });
+  writeFileSync(join(dir, "admin.kubeconfig"), cluster.adminKubeconfig, { mode: 0o600 });
+
+  const controllers = o.controllers ?? DEFAULT_CONTROLLERS;
+  if (controllers !== false) {
+    const healthPort = await freePort();
+    cluster.controllerManager = startProcess(runDir, `${name}-controller-manager`, bin.controllerManager, [
+      `--kubeconfig=${join(dir, "admin.kubeconfig")}`,
+      `--controllers=${controllers.join(",")}`,
+      `--cluster-signing-cert-file=${join(dir, "client-ca.crt")}`,
+      `--cluster-signing-key-file=${join(dir, "client-ca.key")}`,
+      "--use-service-account-credentials=false",
+      "--leader-elect=false",
+      "--bind-address=127.0.0.1",
+      `--secure-port=${healthPort}`,
+      `--cert-dir=${join(dir, "controller-manager")}`,
+    ]);
+    run.started.push(cluster.controllerManager);
+    await poll(`kube-controller-manager ${name}`, () => httpOk(`https://127.0.0.1:${healthPort}/healthz`, "self-signed"), 60_000, exitedEarly(cluster.controllerManager));
+  }
+  const crds = o.crds ?? ocmCrds();
+  if (crds !== false && crds.length) await installCrds(cluster, crds);
+  return cluster;
+}
+
+export async function startClusters(o: StartOptions): Promise<LocalClusters> {
+  const log = o.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const t0 = Date.now();
+  const bin = findBinaries();
+  // tmpfs when there is one: etcd's writes are the slowest part of a test apiserver.
+  const runDir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "ocm-functions-"));
+  startGuard(runDir);
+  const started: Managed[] = [];
+  let clusters: LocalCluster[] = [];
+  const stop = async () => {
+    // Reverse start order: controller managers and apiservers before the etcd they use.
+    for (const m of [...started].reverse()) await stopProcess(m);
+    rmSync(runDir, { recursive: true, force: true });
+  };
+  try {
+    const etcd = await startEtcd(bin, runDir);
+    started.push(etcd.process);
+    const run = { bin, runDir, etcdUrl: etcd.url, started };
+    const settled = await Promise.allSettled(o.names.map((name) => startCluster(run, name, o)));
+    clusters = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+    const failure = settled.find((s) => s.status === "rejected");
+    if (failure) throw (failure as PromiseRejectedResult).reason;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const startupMs = Date.now() - t0;
+  log(`[control-plane] ${o.names.join(", ")} ready in ${(startupMs / 1000).toFixed(1)} s`);
+  return {
+    clusters,
+    startupMs,
+    get(name) {
+      const c = clusters.find((x) => x.name === name);
+      if (!c) throw new Error(`no local cluster named ${name}`);
+      return c;
+    },
+    stop,
+  };
+}
