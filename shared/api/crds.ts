@@ -1,0 +1,266 @@
+// The CustomResourceDefinitions this project serves, one per OCM kind, generated from the zod schemas, and
+// the YAML files scripts/gen-crds.ts writes for them.
+import { stringify } from "yaml";
+import {
+  AddOnDeploymentConfigSchema,
+  AddOnDeploymentConfigV1alpha1Resource,
+  AddOnTemplateResource,
+  ClusterManagementAddOnV1alpha1Resource,
+  ManagedClusterAddOnV1alpha1Resource,
+  AddOnGroup,
+  AddOnTemplateSchema,
+  ClusterManagementAddOnV1alpha1Schema,
+  ClusterManagementAddOnV1beta1Schema,
+  ManagedClusterAddOnV1alpha1Schema,
+  ManagedClusterAddOnV1beta1Schema,
+} from "./addon.ts";
+import {
+  ClusterClaimResource,
+  ClusterClaimSchema,
+  ManagedClusterResource,
+  ManagedClusterSetBindingResource,
+  ManagedClusterSetResource,
+  PlacementDecisionResource,
+  PlacementResource,
+  ClusterGroup,
+  ManagedClusterConditionType,
+  ManagedClusterSchema,
+  ManagedClusterSetBindingSchema,
+  ManagedClusterSetConditionType,
+  ManagedClusterSetSchema,
+  PlacementConditionType,
+  PlacementDecisionSchema,
+  PlacementSchema,
+} from "./cluster.ts";
+import { type CustomResourceDefinition, type KindDescription, type PrinterColumn, toCrd } from "./crd.ts";
+import {
+  AppliedManifestWorkResource,
+  AppliedManifestWorkSchema,
+  ManifestWorkResource,
+  ManifestWorkSchema,
+  WorkGroup,
+} from "./work.ts";
+
+const status = { status: {} } as const;
+const age: PrinterColumn = { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" };
+const conditionColumn = (name: string, type: string, field = "status"): PrinterColumn => ({
+  name,
+  type: "string",
+  jsonPath: `.status.conditions[?(@.type=="${type}")].${field}`,
+});
+const addOnHealthColumns = [
+  conditionColumn("Available", "Available"),
+  conditionColumn("Degraded", "Degraded"),
+  conditionColumn("Progressing", "Progressing"),
+];
+const displayNameColumn: PrinterColumn = { name: "DISPLAY NAME", type: "string", jsonPath: ".spec.addOnMeta.displayName" };
+
+// Names, versions and printer columns follow OCM's published CRDs (checked by test/api/crd-conformance.test.ts).
+export const kinds: readonly KindDescription[] = [
+  {
+    group: ClusterGroup,
+    kind: ManagedClusterResource.kind,
+    plural: ManagedClusterResource.plural,
+    singular: "managedcluster",
+    shortNames: ["mcl", "mcls"],
+    scope: "Cluster",
+    versions: [
+      {
+        name: "v1",
+        served: true,
+        storage: true,
+        schema: ManagedClusterSchema,
+        subresources: status,
+        printerColumns: [
+          { name: "Hub Accepted", type: "boolean", jsonPath: ".spec.hubAcceptsClient" },
+          { name: "Managed Cluster URLs", type: "string", jsonPath: ".spec.managedClusterClientConfigs[*].url" },
+          conditionColumn("Joined", ManagedClusterConditionType.Joined),
+          conditionColumn("Available", ManagedClusterConditionType.Available),
+          age,
+        ],
+      },
+    ],
+  },
+  {
+    group: ClusterGroup,
+    kind: ClusterClaimResource.kind,
+    plural: ClusterClaimResource.plural,
+    singular: "clusterclaim",
+    scope: "Cluster",
+    versions: [{ name: "v1alpha1", served: true, storage: true, schema: ClusterClaimSchema }],
+  },
+  {
+    group: ClusterGroup,
+    kind: ManagedClusterSetResource.kind,
+    plural: ManagedClusterSetResource.plural,
+    singular: "managedclusterset",
+    shortNames: ["mclset", "mclsets"],
+    scope: "Cluster",
+    versions: [
+      {
+        name: "v1beta2",
+        served: true,
+        storage: true,
+        schema: ManagedClusterSetSchema,
+        subresources: status,
+        printerColumns: [conditionColumn("Empty", ManagedClusterSetConditionType.ClusterSetEmpty), age],
+      },
+    ],
+  },
+  {
+    group: ClusterGroup,
+    kind: ManagedClusterSetBindingResource.kind,
+    plural: ManagedClusterSetBindingResource.plural,
+    singular: "managedclustersetbinding",
+    shortNames: ["mclsetbinding", "mclsetbindings"],
+    scope: "Namespaced",
+    versions: [
+      { name: "v1beta2", served: true, storage: true, schema: ManagedClusterSetBindingSchema, subresources: status },
+    ],
+  },
+  {
+    group: ClusterGroup,
+    kind: PlacementResource.kind,
+    plural: PlacementResource.plural,
+    singular: "placement",
+    scope: "Namespaced",
+    versions: [
+      {
+        name: "v1beta1",
+        served: true,
+        storage: true,
+        schema: PlacementSchema,
+        subresources: status,
+        printerColumns: [
+          conditionColumn("Succeeded", PlacementConditionType.PlacementSatisfied),
+          conditionColumn("Reason", PlacementConditionType.PlacementSatisfied, "reason"),
+          { name: "SelectedClusters", type: "integer", jsonPath: ".status.numberOfSelectedClusters" },
+        ],
+      },
+    ],
+  },
+  {
+    group: ClusterGroup,
+    kind: PlacementDecisionResource.kind,
+    plural: PlacementDecisionResource.plural,
+    singular: "placementdecision",
+    scope: "Namespaced",
+    versions: [
+      { name: "v1beta1", served: true, storage: true, schema: PlacementDecisionSchema, subresources: status },
+    ],
+  },
+  {
+    group: AddOnGroup,
+    kind: ClusterManagementAddOnV1alpha1Resource.kind,
+    plural: ClusterManagementAddOnV1alpha1Resource.plural,
+    singular: "clustermanagementaddon",
+    shortNames: ["cma", "cmas"],
+    scope: "Cluster",
+    versions: [
+      {
+        name: "v1alpha1",
+        served: true,
+        storage: true,
+        schema: ClusterManagementAddOnV1alpha1Schema,
+        subresources: status,
+        printerColumns: [
+          displayNameColumn,
+          { name: "CRD NAME", type: "string", jsonPath: ".spec.addOnConfiguration.crdName" },
+        ],
+      },
+      {
+        name: "v1beta1",
+        served: true,
+        storage: false,
+        schema: ClusterManagementAddOnV1beta1Schema,
+        subresources: status,
+        printerColumns: [displayNameColumn],
+      },
+    ],
+  },
+  {
+    group: AddOnGroup,
+    kind: ManagedClusterAddOnV1alpha1Resource.kind,
+    plural: ManagedClusterAddOnV1alpha1Resource.plural,
+    singular: "managedclusteraddon",
+    shortNames: ["mca", "mcas"],
+    scope: "Namespaced",
+    versions: [
+      {
+        name: "v1alpha1",
+        served: true,
+        storage: true,
+        schema: ManagedClusterAddOnV1alpha1Schema,
+        subresources: status,
+        printerColumns: addOnHealthColumns,
+      },
+      {
+        name: "v1beta1",
+        served: true,
+        storage: false,
+        schema: ManagedClusterAddOnV1beta1Schema,
+        subresources: status,
+        printerColumns: addOnHealthColumns,
+      },
+    ],
+  },
+  {
+    group: AddOnGroup,
+    kind: AddOnDeploymentConfigV1alpha1Resource.kind,
+    plural: AddOnDeploymentConfigV1alpha1Resource.plural,
+    singular: "addondeploymentconfig",
+    scope: "Namespaced",
+    versions: [
+      { name: "v1alpha1", served: true, storage: true, schema: AddOnDeploymentConfigSchema },
+      { name: "v1beta1", served: true, storage: false, schema: AddOnDeploymentConfigSchema },
+    ],
+  },
+  {
+    group: AddOnGroup,
+    kind: AddOnTemplateResource.kind,
+    plural: AddOnTemplateResource.plural,
+    singular: "addontemplate",
+    scope: "Cluster",
+    versions: [
+      {
+        name: "v1alpha1",
+        served: true,
+        storage: true,
+        schema: AddOnTemplateSchema,
+        // OCM declares an empty subresources block: AddOnTemplate has no status.
+        subresources: {},
+        printerColumns: [{ name: "ADDON NAME", type: "string", jsonPath: ".spec.addonName" }],
+      },
+    ],
+  },
+  {
+    group: WorkGroup,
+    kind: ManifestWorkResource.kind,
+    plural: ManifestWorkResource.plural,
+    singular: "manifestwork",
+    scope: "Namespaced",
+    versions: [{ name: "v1", served: true, storage: true, schema: ManifestWorkSchema, subresources: status }],
+  },
+  {
+    group: WorkGroup,
+    kind: AppliedManifestWorkResource.kind,
+    plural: AppliedManifestWorkResource.plural,
+    singular: "appliedmanifestwork",
+    scope: "Cluster",
+    versions: [
+      { name: "v1", served: true, storage: true, schema: AppliedManifestWorkSchema, subresources: status },
+    ],
+  },
+];
+
+export const crds: readonly CustomResourceDefinition[] = kinds.map(toCrd);
+
+export const crdManifestDir = "manifests/crds";
+
+// File names follow OCM's `<group>_<plural>.crd.yaml`, without its ordering prefix.
+export function crdManifests(): { file: string; yaml: string }[] {
+  return crds.map((crd) => ({
+    file: `${crd.spec.group}_${crd.spec.names.plural}.crd.yaml`,
+    yaml: `# Generated from shared/api by scripts/gen-crds.ts; do not edit.\n${stringify(crd, { lineWidth: 0 })}`,
+  }));
+}

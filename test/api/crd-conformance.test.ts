@@ -1,0 +1,158 @@
+// Checks our generated CRDs against the ones OCM publishes in open-cluster-management.io/api, fetched with
+// the Go toolchain at test time (never copied into this repo).
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parse } from "yaml";
+import { beforeAll, describe, expect, it } from "vitest";
+import { crds } from "../../shared/api/crds.ts";
+
+const ocmApiModule = "open-cluster-management.io/api@v1.3.0";
+
+// The kinds this project must serve exactly as OCM does.
+const requiredKinds = [
+  "ManagedCluster",
+  "ClusterClaim",
+  "ManagedClusterSet",
+  "ManagedClusterSetBinding",
+  "Placement",
+  "PlacementDecision",
+  "ClusterManagementAddOn",
+  "ManagedClusterAddOn",
+  "AddOnDeploymentConfig",
+  "AddOnTemplate",
+  "ManifestWork",
+  "AppliedManifestWork",
+];
+
+type Node = { [key: string]: unknown };
+type Crd = {
+  spec: {
+    group: string;
+    scope: string;
+    names: Node;
+    versions: { name: string; served: boolean; storage: boolean; subresources?: Node; additionalPrinterColumns?: Node[]; schema: { openAPIV3Schema: Node } }[];
+  };
+};
+
+function downloadOcmApi(): string {
+  const dir = mkdtempSync(join(tmpdir(), "ocm-api-"));
+  try {
+    const out = execFileSync("go", ["mod", "download", "-json", ocmApiModule], {
+      cwd: dir,
+      env: { ...process.env, GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local" },
+      encoding: "utf8",
+    });
+    return (JSON.parse(out) as { Dir: string }).Dir;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// OCM ships some CRDs twice (addon/v1alpha1 has the alpha-only file, addon/v1beta1 the full one); the file
+// with the most versions is the one its operator installs.
+function readOcmCrds(dir: string): Map<string, Crd> {
+  const byKind = new Map<string, Crd>();
+  const files = readdirSync(dir, { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".crd.yaml"));
+  for (const file of files) {
+    const crd = parse(readFileSync(join(dir, file), "utf8")) as Crd;
+    const kind = crd.spec.names["kind"] as string;
+    const seen = byKind.get(kind);
+    if (!seen || seen.spec.versions.length < crd.spec.versions.length) byKind.set(kind, crd);
+  }
+  return byKind;
+}
+
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+const sorted = (a: unknown) => (Array.isArray(a) ? [...a].sort() : a);
+
+export function compareCrds(ocm: Crd, ours: Crd): string[] {
+  const kind = ocm.spec.names["kind"] as string;
+  const problems: string[] = [];
+  const report = (path: string, what: string, theirs: unknown, mine: unknown) =>
+    problems.push(`${kind}${path}: ${what} is ${JSON.stringify(mine)}, OCM has ${JSON.stringify(theirs)}`);
+  if (ocm.spec.group !== ours.spec.group) report("", "group", ocm.spec.group, ours.spec.group);
+  if (ocm.spec.scope !== ours.spec.scope) report("", "scope", ocm.spec.scope, ours.spec.scope);
+  for (const name of ["kind", "plural", "singular", "listKind", "shortNames", "categories"])
+    if (!same(ocm.spec.names[name], ours.spec.names[name]))
+      report("", `names.${name}`, ocm.spec.names[name], ours.spec.names[name]);
+  const versionNames = (c: Crd) => c.spec.versions.map((v) => v.name);
+  if (!same(versionNames(ocm), versionNames(ours))) report("", "versions", versionNames(ocm), versionNames(ours));
+  for (const theirs of ocm.spec.versions) {
+    const mine = ours.spec.versions.find((v) => v.name === theirs.name);
+    if (!mine) continue;
+    const at = `/${theirs.name}`;
+    for (const flag of ["served", "storage"] as const)
+      if (theirs[flag] !== mine[flag]) report(at, flag, theirs[flag], mine[flag]);
+    if (!same(theirs.subresources ?? {}, mine.subresources ?? {}))
+      report(at, "subresources", theirs.subresources, mine.subresources);
+    const columns = (v: typeof theirs) =>
+      (v.additionalPrinterColumns ?? []).map((c) => ({ name: c["name"], type: c["type"], jsonPath: c["jsonPath"] }));
+    if (!same(columns(theirs), columns(mine))) report(at, "additionalPrinterColumns", columns(theirs), columns(mine));
+    problems.push(...compareSchemas(theirs.schema.openAPIV3Schema, mine.schema.openAPIV3Schema, `${kind}${at}`));
+  }
+  return problems;
+}
+
+// Every path in OCM's schema must exist in ours with the same shape-defining keywords.
+export function compareSchemas(ocm: Node, ours: Node | undefined, path: string): string[] {
+  if (!ours) return [`${path}: missing`];
+  const problems: string[] = [];
+  const keywords: [string, (v: unknown) => unknown][] = [
+    ["type", (v) => v],
+    ["enum", (v) => v],
+    ["required", sorted],
+    ["format", (v) => v],
+    ["x-kubernetes-preserve-unknown-fields", (v) => v === true],
+    ["x-kubernetes-int-or-string", (v) => v === true],
+  ];
+  for (const [key, norm] of keywords)
+    if (!same(norm(ocm[key]), norm(ours[key])))
+      problems.push(`${path}: ${key} is ${JSON.stringify(ours[key])}, OCM has ${JSON.stringify(ocm[key])}`);
+  const theirProps = (ocm["properties"] ?? {}) as Record<string, Node>;
+  const ourProps = (ours["properties"] ?? {}) as Record<string, Node>;
+  for (const [name, child] of Object.entries(theirProps))
+    problems.push(...compareSchemas(child, ourProps[name], `${path}.${name}`));
+  if (ocm["items"]) problems.push(...compareSchemas(ocm["items"] as Node, ours["items"] as Node | undefined, `${path}[]`));
+  if (typeof ocm["additionalProperties"] === "object")
+    problems.push(
+      ...compareSchemas(ocm["additionalProperties"] as Node, ours["additionalProperties"] as Node | undefined, `${path}{}`),
+    );
+  return problems;
+}
+
+describe("CRDs conform to OCM's published open-cluster-management.io/api v1.3.0", () => {
+  let ocm: Map<string, Crd>;
+  beforeAll(() => {
+    ocm = readOcmCrds(downloadOcmApi());
+  });
+
+  it("covers every kind this project serves, and OCM publishes each of them", () => {
+    const ours = crds.map((c) => c.spec.names.kind).sort();
+    expect(ours).toEqual([...requiredKinds].sort());
+    expect(requiredKinds.filter((k) => !ocm.has(k))).toEqual([]);
+  });
+
+  it("matches names, versions, subresources, printer columns and every schema path", () => {
+    const problems = crds.flatMap((crd) => {
+      const theirs = ocm.get(crd.spec.names.kind);
+      return theirs ? compareCrds(theirs, crd as unknown as Crd) : [`${crd.spec.names.kind}: not published by OCM`];
+    });
+    expect(problems).toEqual([]);
+  });
+
+  it("reports a removed field and a changed enum by path", () => {
+    const managedCluster = crds.find((c) => c.spec.names.kind === "ManagedCluster");
+    const broken = structuredClone(managedCluster) as unknown as Crd;
+    const spec = (broken.spec.versions[0]!.schema.openAPIV3Schema["properties"] as Record<string, Node>)["spec"]!;
+    const specProps = spec["properties"] as Record<string, Node>;
+    delete specProps["hubAcceptsClient"];
+    ((specProps["taints"]!["items"] as Node)["properties"] as Record<string, Node>)["effect"]!["enum"] = ["NoSelect"];
+    const problems = compareCrds(ocm.get("ManagedCluster")!, broken);
+    expect(problems).toEqual([
+      "ManagedCluster/v1.spec.hubAcceptsClient: missing",
+      'ManagedCluster/v1.spec.taints[].effect: enum is ["NoSelect"], OCM has ["NoSelect","PreferNoSelect","NoSelectIfNew"]',
+    ]);
+  });
+});
