@@ -8,10 +8,12 @@ import { createServer } from "node:net";
 import { request } from "node:https";
 import { request as httpRequest } from "node:http";
 import { randomBytes } from "node:crypto";
-import { ApiextensionsV1Api, CoreV1Api, type V1CustomResourceDefinition } from "@kubernetes/client-node";
+import { CoreV1Api } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { createCertificateAuthority, issueCertificate, generateKeyPair, privateKeyToPem, publicKeyToPem, type CertificateAuthority } from "../pki.ts";
 import { buildKubeconfig, kubeConfigFrom } from "../kube/kubeconfig.ts";
+import { KubeClient, type KubeObject } from "../kube/client.ts";
+import { CustomResourceDefinitionResource } from "../api/kube.ts";
 import { findBinaries, type Binaries } from "./binaries.ts";
 import { startGuard, startProcess, stopProcess, logTail, type Managed } from "./processes.ts";
 
@@ -149,15 +151,21 @@ export function ocmCrds(): object[] {
     .flatMap((f) => parseAllDocuments(readFileSync(join(dir, f), "utf8")).map((d) => d.toJS() as object));
 }
 
+// Through our raw client: client-node's typed serializer drops the x-kubernetes-* schema keys.
 async function installCrds(cluster: LocalCluster, crds: readonly object[]): Promise<void> {
-  const api = cluster.admin().makeApiClient(ApiextensionsV1Api);
-  const created = await Promise.all(crds.map((body) => api.createCustomResourceDefinition({ body: body as V1CustomResourceDefinition })));
-  for (const crd of created) {
-    const name = crd.metadata!.name!;
-    await poll(`CRD ${name} on ${cluster.name}`, async () => {
-      const got = await api.readCustomResourceDefinition({ name });
-      return got.status?.conditions?.some((c) => c.type === "Established" && c.status === "True") ?? false;
-    }, 30_000);
+  const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
+  type Crd = KubeObject & { status?: { conditions?: { type: string; status: string }[] } };
+  try {
+    const created = await Promise.all(crds.map((body) => client.create<Crd>(CustomResourceDefinitionResource, body as Crd)));
+    for (const crd of created) {
+      const name = crd.metadata.name!;
+      await poll(`CRD ${name} on ${cluster.name}`, async () => {
+        const got = await client.get<Crd>(CustomResourceDefinitionResource, name);
+        return got?.status?.conditions?.some((c) => c.type === "Established" && c.status === "True") ?? false;
+      }, 30_000);
+    }
+  } finally {
+    client.close();
   }
 }
 

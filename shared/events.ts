@@ -1,0 +1,76 @@
+// CloudEvents in, typed events out: Knative ApiServerSource events (Resource and Reference mode)
+// carrying our `cluster` extension, and PingSource ticks for resyncs.
+import { z } from "zod";
+import type { KubeObject } from "./kube/client.ts";
+
+export const ApiServerSourceType = {
+  ResourceAdd: "dev.knative.apiserver.resource.add",
+  ResourceUpdate: "dev.knative.apiserver.resource.update",
+  ResourceDelete: "dev.knative.apiserver.resource.delete",
+  RefAdd: "dev.knative.apiserver.ref.add",
+  RefUpdate: "dev.knative.apiserver.ref.update",
+  RefDelete: "dev.knative.apiserver.ref.delete",
+} as const;
+export const PingSourceType = "dev.knative.sources.ping";
+
+export type ObjectRef = { apiVersion: string; kind: string; namespace?: string; name: string };
+export type ObjectEvent = {
+  type: "object";
+  verb: "add" | "update" | "delete";
+  cluster: string;
+  ref: ObjectRef;
+  object?: KubeObject; // Resource mode only; a hint, never the truth
+};
+export type TickEvent = { type: "tick"; cluster?: string };
+export type FunctionEvent = ObjectEvent | TickEvent;
+
+const name = z.string().min(1);
+const objectAttributes = z.object({
+  type: z.enum(Object.values(ApiServerSourceType) as [string, ...string[]]),
+  source: name,
+  id: name,
+  cluster: name.describe("the `cluster` extension: which cluster the object lives in"),
+  kind: name,
+  apiversion: name,
+  name,
+  namespace: z.string().optional(),
+});
+const resourceData = z.looseObject({ metadata: z.looseObject({ name, namespace: z.string().optional() }) });
+const refData = z.looseObject({ kind: name, name, apiVersion: name, namespace: z.string().optional() });
+const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: z.string().optional() });
+
+export type ParseResult = { ok: true; event: FunctionEvent } | { ok: false; reason: string };
+
+const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false, reason: `${where}: ${z.prettifyError(error).replace(/\n/g, "; ")}` });
+
+// Accepts any CloudEvent-shaped object (the runtime hands us cloudevents v8 instances; tests v10).
+export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult {
+  if (!ce || typeof ce !== "object") return { ok: false, reason: "no CloudEvent in the request" };
+  if (ce.type === PingSourceType) {
+    const t = tickAttributes.safeParse(ce);
+    return t.success ? { ok: true, event: { type: "tick", cluster: t.data.cluster } } : failure("ping event", t.error);
+  }
+  const a = objectAttributes.safeParse(ce);
+  if (!a.success) return failure("event attributes", a.error);
+  const [, mode, verb] = a.data.type.split(".").slice(-3) as [string, "resource" | "ref", ObjectEvent["verb"]];
+  const data = typeof ce.data === "string" ? safeJson(ce.data) : ce.data;
+  const ref: ObjectRef = { apiVersion: a.data.apiversion, kind: a.data.kind, name: a.data.name, namespace: a.data.namespace || undefined };
+  if (mode === "ref") {
+    const d = refData.safeParse(data);
+    if (!d.success) return failure("reference data", d.error);
+    if (d.data.name !== ref.name || d.data.kind !== ref.kind) return { ok: false, reason: "reference data names another object than the event's extensions" };
+    return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref } };
+  }
+  const d = resourceData.safeParse(data);
+  if (!d.success) return failure("resource data", d.error);
+  if (d.data.metadata.name !== ref.name) return { ok: false, reason: "resource data names another object than the event's extensions" };
+  return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref, object: d.data as KubeObject } };
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

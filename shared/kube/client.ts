@@ -1,0 +1,200 @@
+// The Kubernetes client every function and the relay use: REST calls addressed by ApiResource,
+// authenticated from a kubeconfig (client-node does the credential work), errors as KubeError.
+import { Agent, request, type RequestOptions } from "node:https";
+import type { KubeConfig } from "@kubernetes/client-node";
+import type { ApiResource } from "../api/meta.ts";
+import { kubeConfigFrom } from "./kubeconfig.ts";
+import { KubeError } from "./errors.ts";
+
+export type KubeObject = {
+  apiVersion?: string;
+  kind?: string;
+  metadata: { name?: string; namespace?: string; resourceVersion?: string; uid?: string; [k: string]: unknown };
+  [k: string]: unknown;
+};
+
+export type ListOptions = { namespace?: string; labelSelector?: string; fieldSelector?: string };
+export type PatchType = "merge" | "json" | "apply";
+export type WatchEvent = { type: "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR"; object: KubeObject };
+
+const CONTENT_TYPES: Record<PatchType, string> = {
+  merge: "application/merge-patch+json",
+  json: "application/json-patch+json",
+  apply: "application/apply-patch+yaml",
+};
+
+export function resourcePath(r: ApiResource, o: { namespace?: string; name?: string; subresource?: string } = {}): string {
+  const base = r.group === "" ? `/api/${r.version}` : `/apis/${r.group}/${r.version}`;
+  const ns = r.namespaced && o.namespace ? `/namespaces/${encodeURIComponent(o.namespace)}` : "";
+  const name = o.name ? `/${encodeURIComponent(o.name)}` : "";
+  const sub = o.subresource ? `/${o.subresource}` : "";
+  return `${base}${ns}/${r.plural}${name}${sub}`;
+}
+
+function query(params: Record<string, string | number | boolean | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== "") q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+export class KubeClient {
+  readonly server: string;
+  readonly kubeConfig: KubeConfig;
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: 16 });
+
+  constructor(kubeConfig: KubeConfig) {
+    this.kubeConfig = kubeConfig;
+    const cluster = kubeConfig.getCurrentCluster();
+    if (!cluster) throw new Error("kubeconfig has no current cluster");
+    this.server = cluster.server.replace(/\/$/, "");
+  }
+
+  static fromKubeconfig(yamlText: string): KubeClient {
+    return new KubeClient(kubeConfigFrom(yamlText));
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+
+  // One HTTP exchange; the body is parsed as JSON when it is JSON. Non-2xx answers throw KubeError.
+  async request<T = unknown>(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<T> {
+    const opts = await this.options(method, path, body === undefined ? undefined : contentType);
+    const payload = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
+    return new Promise<T>((resolve, reject) => {
+      const req = request(opts, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString();
+          const status = res.statusCode ?? 0;
+          if (status >= 200 && status < 300) {
+            resolve((res.headers["content-type"]?.includes("json") ? JSON.parse(text) : text) as T);
+          } else {
+            reject(KubeError.fromResponse(status, text, `${method} ${path}`));
+          }
+        });
+        res.on("error", reject);
+      });
+      req.on("error", (err) => reject(KubeError.fromNetwork(err, `${method} ${path}`)));
+      req.setTimeout(30_000, () => req.destroy(new Error("request timed out after 30 s")));
+      if (payload !== undefined) req.write(payload);
+      req.end();
+    });
+  }
+
+  private async options(method: string, path: string, contentType?: string): Promise<RequestOptions> {
+    const url = new URL(this.server + path);
+    const opts: RequestOptions = {
+      method,
+      protocol: url.protocol,
+      hostname: url.hostname,
+      port: url.port,
+      path: url.pathname + url.search,
+      agent: this.agent,
+      headers: { Accept: "application/json", ...(contentType ? { "Content-Type": contentType } : {}) },
+    };
+    await this.kubeConfig.applyToHTTPSOptions(opts);
+    return opts;
+  }
+
+  // undefined when the object does not exist: a missing object is a state to reconcile, not an error.
+  async get<T extends KubeObject>(r: ApiResource, name: string, namespace?: string): Promise<T | undefined> {
+    try {
+      return await this.request<T>("GET", resourcePath(r, { name, namespace }));
+    } catch (err) {
+      if (err instanceof KubeError && err.code === 404) return undefined;
+      throw err;
+    }
+  }
+
+  async list<T extends KubeObject>(r: ApiResource, o: ListOptions = {}): Promise<{ items: T[]; resourceVersion: string }> {
+    const list = await this.request<{ items: T[]; metadata: { resourceVersion: string } }>(
+      "GET",
+      resourcePath(r, { namespace: o.namespace }) + query({ labelSelector: o.labelSelector, fieldSelector: o.fieldSelector }),
+    );
+    return { items: list.items ?? [], resourceVersion: list.metadata.resourceVersion };
+  }
+
+  create<T extends KubeObject>(r: ApiResource, body: T): Promise<T> {
+    return this.request<T>("POST", resourcePath(r, { namespace: body.metadata.namespace }), withType(r, body));
+  }
+
+  // PUT: carries metadata.resourceVersion, so a concurrent change answers 409.
+  update<T extends KubeObject>(r: ApiResource, body: T, subresource?: "status" | "approval"): Promise<T> {
+    const path = resourcePath(r, { name: body.metadata.name, namespace: body.metadata.namespace, subresource });
+    return this.request<T>("PUT", path, withType(r, body));
+  }
+
+  patch<T extends KubeObject>(r: ApiResource, name: string, patch: unknown, o: { namespace?: string; subresource?: string; type?: PatchType; fieldManager?: string } = {}): Promise<T> {
+    const path = resourcePath(r, { name, namespace: o.namespace, subresource: o.subresource }) + query({ fieldManager: o.fieldManager });
+    return this.request<T>("PATCH", path, patch, CONTENT_TYPES[o.type ?? "merge"]);
+  }
+
+  // false when it was already gone.
+  async delete(r: ApiResource, name: string, namespace?: string, o: { propagationPolicy?: "Foreground" | "Background" | "Orphan"; uid?: string } = {}): Promise<boolean> {
+    const body = { kind: "DeleteOptions", apiVersion: "v1", propagationPolicy: o.propagationPolicy, ...(o.uid ? { preconditions: { uid: o.uid } } : {}) };
+    try {
+      await this.request("DELETE", resourcePath(r, { name, namespace }), body);
+      return true;
+    } catch (err) {
+      if (err instanceof KubeError && err.code === 404) return false;
+      throw err;
+    }
+  }
+
+  // A streaming watch from resourceVersion. Resolves when the server ends the stream (timeoutSeconds)
+  // or stop() is called; rejects on a connection error. 410 Gone arrives as an ERROR event.
+  watch(r: ApiResource, o: ListOptions & { resourceVersion: string; timeoutSeconds?: number }, onEvent: (e: WatchEvent) => void): { stop(): void; done: Promise<void> } {
+    let stopRequest = () => {};
+    let stopped = false;
+    const done = (async () => {
+      const path =
+        resourcePath(r, { namespace: o.namespace }) +
+        query({ watch: true, allowWatchBookmarks: true, resourceVersion: o.resourceVersion, labelSelector: o.labelSelector, fieldSelector: o.fieldSelector, timeoutSeconds: o.timeoutSeconds ?? 300 });
+      const opts = await this.options("GET", path);
+      opts.agent = undefined; // a long-lived stream gets its own connection
+      if (stopped) return;
+      await new Promise<void>((resolve, reject) => {
+        const req = request(opts, (res) => {
+          if (res.statusCode !== 200) {
+            const chunks: Buffer[] = [];
+            res.on("data", (c: Buffer) => chunks.push(c));
+            res.on("end", () => reject(KubeError.fromResponse(res.statusCode ?? 0, Buffer.concat(chunks).toString(), `WATCH ${path}`)));
+            return;
+          }
+          let buffered = "";
+          res.setEncoding("utf8");
+          res.on("data", (chunk: string) => {
+            buffered += chunk;
+            let nl: number;
+            while ((nl = buffered.indexOf("\n")) >= 0) {
+              const line = buffered.slice(0, nl).trim();
+              buffered = buffered.slice(nl + 1);
+              if (line) onEvent(JSON.parse(line) as WatchEvent);
+            }
+          });
+          res.on("end", () => resolve());
+          res.on("error", (err) => reject(KubeError.fromNetwork(err, `WATCH ${path}`)));
+          res.on("aborted", () => resolve());
+        });
+        stopRequest = () => {
+          req.destroy();
+          resolve();
+        };
+        req.on("error", (err) => reject(KubeError.fromNetwork(err, `WATCH ${path}`)));
+        req.end();
+      });
+    })();
+    const stop = () => {
+      stopped = true;
+      stopRequest();
+    };
+    return { stop, done };
+  }
+}
+
+function withType<T extends KubeObject>(r: ApiResource, body: T): T {
+  return { apiVersion: r.group ? `${r.group}/${r.version}` : r.version, kind: r.kind, ...body };
+}
