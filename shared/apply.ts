@@ -1,0 +1,49 @@
+// Writes that converge: create-or-update of owned fields, status patches only on change, finalizers;
+// every update carries the resourceVersion it read, so a concurrent writer gets a conflict, not a loss.
+import { isDeepStrictEqual } from "node:util";
+import type { ApiResource } from "./api/meta.ts";
+import type { KubeClient, KubeObject } from "./kube/client.ts";
+import { isAlreadyExists } from "./kube/errors.ts";
+
+type Meta = { labels?: Record<string, string>; annotations?: Record<string, string>; finalizers?: string[] };
+
+// Creates `desired`, or brings the existing object's listed top-level fields, labels and annotations
+// to what `desired` says (other labels and fields are left alone). Returns what is stored now.
+export async function createOrUpdate<T extends KubeObject>(client: KubeClient, r: ApiResource, desired: T, fields: readonly string[]): Promise<T> {
+  const { name, namespace } = desired.metadata;
+  const existing = await client.get<T>(r, name!, namespace);
+  if (!existing) {
+    try {
+      return await client.create(r, desired);
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+      return createOrUpdate(client, r, desired, fields); // lost a race with another writer: read again
+    }
+  }
+  const next = structuredClone(existing) as T & { metadata: Meta };
+  const want = desired.metadata as Meta;
+  const have = next.metadata as Meta;
+  if (want.labels) have.labels = { ...have.labels, ...want.labels };
+  if (want.annotations) have.annotations = { ...have.annotations, ...want.annotations };
+  for (const f of fields) (next as Record<string, unknown>)[f] = (desired as Record<string, unknown>)[f];
+  if (isDeepStrictEqual(next, existing)) return existing;
+  return client.update(r, next);
+}
+
+// Merge-patches status when it differs; the patch carries resourceVersion so it is optimistic.
+export async function patchStatusIfChanged<T extends KubeObject & { status?: unknown }>(client: KubeClient, r: ApiResource, before: T, status: T["status"]): Promise<T | undefined> {
+  if (isDeepStrictEqual(before.status ?? {}, status ?? {})) return undefined;
+  return client.patch<T>(r, before.metadata.name!, { metadata: { resourceVersion: before.metadata.resourceVersion }, status }, { namespace: before.metadata.namespace, subresource: "status" });
+}
+
+export async function addFinalizer<T extends KubeObject>(client: KubeClient, r: ApiResource, obj: T, finalizer: string): Promise<T> {
+  const finalizers = (obj.metadata as Meta).finalizers ?? [];
+  if (finalizers.includes(finalizer)) return obj;
+  return client.patch<T>(r, obj.metadata.name!, { metadata: { resourceVersion: obj.metadata.resourceVersion, finalizers: [...finalizers, finalizer] } }, { namespace: obj.metadata.namespace });
+}
+
+export async function removeFinalizer<T extends KubeObject>(client: KubeClient, r: ApiResource, obj: T, finalizer: string): Promise<T> {
+  const finalizers = (obj.metadata as Meta).finalizers ?? [];
+  if (!finalizers.includes(finalizer)) return obj;
+  return client.patch<T>(r, obj.metadata.name!, { metadata: { resourceVersion: obj.metadata.resourceVersion, finalizers: finalizers.filter((f) => f !== finalizer) } }, { namespace: obj.metadata.namespace });
+}
