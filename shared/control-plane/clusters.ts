@@ -99,6 +99,7 @@ export class LocalCluster {
 
 export type LocalClusters = {
   clusters: LocalCluster[];
+  etcd: Managed;
   get(name: string): LocalCluster;
   stop(): Promise<void>;
   startupMs: number;
@@ -270,15 +271,17 @@ export async function startClusters(o: StartOptions): Promise<LocalClusters> {
   startGuard(runDir);
   const started: Managed[] = [];
   let clusters: LocalCluster[] = [];
+  let etcd: Managed | undefined;
   const stop = async () => {
     // Reverse start order: controller managers and apiservers before the etcd they use.
     for (const m of [...started].reverse()) await stopProcess(m);
     rmSync(runDir, { recursive: true, force: true });
   };
   try {
-    const etcd = await startEtcd(bin, runDir);
-    started.push(etcd.process);
-    const run = { bin, runDir, etcdUrl: etcd.url, started };
+    const e = await startEtcd(bin, runDir);
+    etcd = e.process;
+    started.push(etcd);
+    const run = { bin, runDir, etcdUrl: e.url, started };
     const settled = await Promise.allSettled(o.names.map((name) => startCluster(run, name, o)));
     clusters = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
     const failure = settled.find((s) => s.status === "rejected");
@@ -291,6 +294,7 @@ export async function startClusters(o: StartOptions): Promise<LocalClusters> {
   log(`[control-plane] ${o.names.join(", ")} ready in ${(startupMs / 1000).toFixed(1)} s`);
   return {
     clusters,
+    etcd: etcd!,
     startupMs,
     get(name) {
       const c = clusters.find((x) => x.name === name);
