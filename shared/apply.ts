@@ -1,6 +1,8 @@
 // Writes that converge: create-or-update of owned fields, status patches only on change, finalizers;
 // every update carries the resourceVersion it read, so a concurrent writer gets a conflict, not a loss.
 import { isDeepStrictEqual } from "node:util";
+import { parseAllDocuments } from "yaml";
+import { resourceOfKind } from "./api/kinds.ts";
 import type { ApiResource } from "./api/meta.ts";
 import type { KubeClient, KubeObject } from "./kube/client.ts";
 import { isAlreadyExists } from "./kube/errors.ts";
@@ -46,4 +48,16 @@ export async function removeFinalizer<T extends KubeObject>(client: KubeClient, 
   const finalizers = (obj.metadata as Meta).finalizers ?? [];
   if (!finalizers.includes(finalizer)) return obj;
   return client.patch<T>(r, obj.metadata.name!, { metadata: { resourceVersion: obj.metadata.resourceVersion, finalizers: finalizers.filter((f) => f !== finalizer) } }, { namespace: obj.metadata.namespace });
+}
+
+// Creates or updates every object of a multi-document YAML text (RBAC, namespaces, add-on templates).
+export async function applyManifests(client: KubeClient, yamlText: string): Promise<KubeObject[]> {
+  const applied: KubeObject[] = [];
+  for (const doc of parseAllDocuments(yamlText)) {
+    const obj = doc.toJS() as (KubeObject & Record<string, unknown>) | null;
+    if (!obj) continue;
+    const fields = Object.keys(obj).filter((k) => !["apiVersion", "kind", "metadata", "status"].includes(k));
+    applied.push(await createOrUpdate(client, resourceOfKind(obj.apiVersion!, obj.kind!), obj, fields));
+  }
+  return applied;
 }

@@ -1,5 +1,5 @@
 // Keys, certificate authorities, certificates and PKCS#10 requests, all EC P-256 as OCM's agents use.
-import { webcrypto, X509Certificate as NodeX509Certificate, createPrivateKey } from "node:crypto";
+import { webcrypto, X509Certificate as NodeX509Certificate, createPrivateKey, createPublicKey } from "node:crypto";
 import "reflect-metadata"; // @peculiar/x509 resolves its algorithms through tsyringe, which needs it
 import * as x509 from "@peculiar/x509";
 
@@ -21,6 +21,12 @@ export async function generateKeyPair(): Promise<KeyPair> {
 
 export async function privateKeyToPem(key: CryptoKey): Promise<string> {
   return x509.PemConverter.encode(await crypto.subtle.exportKey("pkcs8", key), "PRIVATE KEY");
+}
+
+// The whole pair back from a saved private key (a CSR needs both halves).
+export async function keyPairFromPem(pem: string): Promise<KeyPair> {
+  const spki = createPublicKey(createPrivateKey(pem)).export({ type: "spki", format: "der" });
+  return { privateKey: await privateKeyFromPem(pem), publicKey: await crypto.subtle.importKey("spki", spki, EC_KEY, true, ["verify"]) };
 }
 
 export async function publicKeyToPem(key: CryptoKey): Promise<string> {
@@ -136,4 +142,11 @@ export function isIssuedBy(certPem: string, caPem: string): boolean {
   const cert = new NodeX509Certificate(certPem);
   const ca = new NodeX509Certificate(caPem);
   return cert.checkIssued(ca) && cert.verify(ca.publicKey);
+}
+
+// True when the certificate carries the public half of this private key (an issued CSR is ours).
+export function certificateMatchesKey(certPem: string, keyPem: string): boolean {
+  const fromCert = new NodeX509Certificate(certPem).publicKey.export({ type: "spki", format: "der" });
+  const fromKey = createPublicKey(createPrivateKey(keyPem)).export({ type: "spki", format: "der" });
+  return Buffer.compare(fromCert, fromKey) === 0;
 }

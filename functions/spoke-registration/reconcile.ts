@@ -1,0 +1,253 @@
+// The spoke agent's registration (OCM §3.1, §3.4, §3.5, §5.1): with the bootstrap kubeconfig, create
+// the ManagedCluster and request a client certificate; on issuance write hub-kubeconfig-secret; later
+// rotate through the hub identity; start over when the bootstrap kubeconfig changes or the cert expires.
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { ManagedClusterResource, ManagedClusterConditionType, ClusterLabel, AgentAnnotationPrefix, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { CertificateSigningRequestResource, SecretResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
+import {
+  AgentNamespaceDefault,
+  BootstrapSecretName,
+  HubKubeconfigSecretName,
+  HubSecretKey,
+  AddonNameLabel,
+  CertificateRotatedReason,
+  CsrUsages,
+  ManagedClustersGroup,
+  MaxOutstandingCsrs,
+  TooManyCsrsMessage,
+  agentUser,
+  clusterGroup,
+  rotatedMessage,
+} from "../../shared/api/registration.ts";
+import { createOrUpdate, patchStatusIfChanged } from "../../shared/apply.ts";
+import { setCondition, type NewCondition } from "../../shared/conditions.ts";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, shouldRotate, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
+import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
+import { classifyError } from "../../shared/kube/errors.ts";
+import { certificateMatchesKey, createCertificateRequest, generateKeyPair, keyPairFromPem, privateKeyToPem, readCertificate } from "../../shared/pki.ts";
+
+const list = z.string().transform((s) => s.split(",").map((x) => x.trim()).filter(Boolean));
+
+export const ConfigSchema = z.object({
+  managementCluster: z.string().min(1), // where the agent's secrets live: the spoke itself unless Hosted
+  clusterName: z.string().min(1),
+  agentName: z.string().min(1).optional(),
+  agentNamespace: z.string().default(AgentNamespaceDefault),
+  bootstrapSecret: z.string().default(BootstrapSecretName),
+  hubSecret: z.string().default(HubKubeconfigSecretName),
+  externalServerUrls: z.array(z.url()).default([]),
+  clusterAnnotations: z.record(z.string(), z.string()).default({}),
+  clientCertExpirationSeconds: z.number().int().min(3600).optional(),
+  // how long to wait before looking at a pending CSR again when no event arrives
+  pendingRecheckMs: z.number().int().positive().default(5_000),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({
+    managementCluster: env.OCM_CLUSTER_NAME ?? "spoke",
+    clusterName: env.SPOKE_CLUSTER_NAME,
+    agentName: env.AGENT_ID || undefined,
+    agentNamespace: env.AGENT_NAMESPACE || undefined,
+    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
+    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    externalServerUrls: env.SPOKE_EXTERNAL_SERVER_URLS ? list.parse(env.SPOKE_EXTERNAL_SERVER_URLS) : undefined,
+    clusterAnnotations: env.CLUSTER_ANNOTATIONS ? Object.fromEntries(list.parse(env.CLUSTER_ANNOTATIONS).map((kv) => kv.split("=", 2) as [string, string])) : undefined,
+    clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,
+  });
+}
+
+// Holds the private key (and the name of the CSR it went into) while the hub decides: a function
+// remembers nothing, and OCM's secret layout must not change, so it has a secret of its own.
+export const pendingSecretName = (c: Config) => `${c.hubSecret}-pending-csr`;
+const PendingKey = { CsrName: "csr-name" } as const;
+
+type Csr = KubeObject & {
+  spec: { request: string; signerName: string; usages?: string[]; username?: string; expirationSeconds?: number };
+  status?: { certificate?: string; conditions?: { type: string; status: string; reason?: string; message?: string }[] };
+};
+
+export const spec: FunctionSpec<Config> = {
+  name: "spoke-registration",
+  keys(event, io) {
+    const c = io.config;
+    const key = { cluster: c.managementCluster, name: c.clusterName };
+    if (event.type === "tick") return [key];
+    const { kind, name, namespace } = event.ref;
+    if (kind === "Secret" && namespace === c.agentNamespace && [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)].includes(name)) return [key];
+    if (kind === "ManagedCluster" && name === c.clusterName) return [key];
+    if (kind === "CertificateSigningRequest") {
+      const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
+      if (!event.object || (labels?.[ClusterLabel.ClusterName] === c.clusterName && !labels[AddonNameLabel])) return [key];
+    }
+    return { skip: `not this agent's object: ${kind} ${namespace ?? ""}/${name}` };
+  },
+  reconcile,
+};
+
+export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
+  const c = io.config;
+  const now = io.clock.now();
+  const spoke = io.cluster(c.managementCluster);
+  const bootstrapSecret = await spoke.get<Secret>(SecretResource, c.bootstrapSecret, c.agentNamespace);
+  const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
+  if (!bootstrapText) {
+    io.log.info({ secret: c.bootstrapSecret }, "waiting: no bootstrap kubeconfig");
+    return done;
+  }
+  const bootstrap = hubEndpoint(bootstrapText);
+  const hubSecret = await spoke.get<Secret>(SecretResource, c.hubSecret, c.agentNamespace);
+  const pending = await spoke.get<Secret>(SecretResource, pendingSecretName(c), c.agentNamespace);
+  const agentName = c.agentName ?? secretText(hubSecret, HubSecretKey.AgentName) ?? secretText(pending, HubSecretKey.AgentName) ?? randomBytes(3).toString("hex").slice(0, 5);
+  const judged = judgeHubSecret({ hubSecret, bootstrap, clusterName: c.clusterName, agentName, now });
+
+  // Bootstrapped: talk to the hub as the cluster's own identity. Otherwise with the bootstrap one.
+  const hub = judged.valid ? clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!) : KubeClient.fromKubeconfig(bootstrapText);
+  const r: Registration = { io, c, now, spoke, hub, bootstrap, agentName, bootstrapped: judged.valid };
+  try {
+    if (!judged.valid) {
+      io.log.info({ reason: judged.reason }, "bootstrapping");
+      await ensureManagedCluster(r);
+    }
+    if (pending) return await collectCertificate(r, pending);
+    if (judged.valid) {
+      const certPem = secretText(hubSecret, HubSecretKey.TlsCert)!;
+      const dataChanged = secretText(hubSecret, HubSecretKey.ClusterName) !== c.clusterName || secretText(hubSecret, HubSecretKey.AgentName) !== agentName || secretText(hubSecret, HubSecretKey.Kubeconfig) !== hubKubeconfig(bootstrap);
+      if (!dataChanged && !shouldRotate(judged.cert, now, certPem)) return { recheckInMs: rotationDueInMs(judged.cert, now) };
+      io.log.info({ notAfter: judged.cert.notAfter, dataChanged }, "rotating the client certificate");
+    }
+    return await requestCertificate(r);
+  } finally {
+    hub.close();
+  }
+}
+
+type Registration = { io: Io<Config>; c: Config; now: Date; spoke: KubeClient; hub: KubeClient; bootstrap: HubEndpoint; agentName: string; bootstrapped: boolean };
+
+// When to look again: the earliest moment rotation can become due (20 % of the life remaining).
+function rotationDueInMs(cert: { notBefore: Date; notAfter: Date }, now: Date): number {
+  const at = cert.notAfter.getTime() - 0.25 * (cert.notAfter.getTime() - cert.notBefore.getTime());
+  return Math.max(1_000, at - now.getTime());
+}
+
+// OCM's creating controller: create the cluster if missing; only the client configs are kept up to date.
+// 401/403 are expected here (the bootstrap identity may be expired or narrow) and are not errors.
+async function ensureManagedCluster({ io, c, hub, spoke }: Registration): Promise<void> {
+  const caBundle = spokeCaBundle(spoke);
+  const clientConfigs = c.externalServerUrls.map((url) => ({ url, caBundle }));
+  try {
+    const existing = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
+    if (!existing) {
+      const annotations = Object.fromEntries(Object.entries(c.clusterAnnotations).filter(([k]) => k.startsWith(AgentAnnotationPrefix)));
+      await hub.create(ManagedClusterResource, { metadata: { name: c.clusterName, annotations }, spec: { hubAcceptsClient: false, managedClusterClientConfigs: clientConfigs, leaseDurationSeconds: 60 } });
+      io.log.info({ cluster: c.clusterName }, "created the ManagedCluster");
+    } else if ((existing.spec?.managedClusterClientConfigs?.length ?? 0) !== clientConfigs.length) {
+      await hub.update(ManagedClusterResource, { ...existing, spec: { hubAcceptsClient: false, ...existing.spec, managedClusterClientConfigs: clientConfigs } });
+    }
+  } catch (err) {
+    const kind = classifyError(err);
+    if (kind !== "forbidden" && kind !== "unauthorized" && kind !== "already-exists") throw err;
+    io.log.info({ error: (err as Error).message }, "cannot create or update the ManagedCluster with the bootstrap identity; going on");
+  }
+}
+
+function spokeCaBundle(spoke: KubeClient): string | undefined {
+  const cluster = spoke.kubeConfig.getCurrentCluster();
+  return cluster?.caData ?? (cluster?.caFile ? readFileSync(cluster.caFile).toString("base64") : undefined);
+}
+
+async function requestCertificate(r: Registration): Promise<Outcome> {
+  const { io, c, hub, spoke } = r;
+  const existing = await hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName},!${AddonNameLabel}` });
+  if (existing.items.length >= MaxOutstandingCsrs) {
+    io.log.warn({ count: existing.items.length }, "halted: too many CSRs for this cluster on the hub");
+    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: TooManyCsrsMessage });
+    return done;
+  }
+  const keyPem = await privateKeyToPem((await generateKeyPair()).privateKey);
+  // The key is saved before the CSR exists, so a crash in between leaves a key to reuse, not an orphan CSR.
+  await writePending(spoke, c, { [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName });
+  const csrName = await createCsr(r, keyPem);
+  await writePending(spoke, c, { [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [PendingKey.CsrName]: csrName });
+  io.log.info({ csr: csrName, bootstrapped: r.bootstrapped }, "requested a client certificate");
+  return { recheckInMs: c.pendingRecheckMs };
+}
+
+async function createCsr({ c, hub, agentName }: Registration, keyPem: string): Promise<string> {
+  const subject = { commonName: agentUser(c.clusterName, agentName), organizations: [clusterGroup(c.clusterName), ManagedClustersGroup] };
+  const request = await createCertificateRequest(subject, await keyPairFromPem(keyPem));
+  const csr = await hub.create<Csr>(CertificateSigningRequestResource, {
+    metadata: { generateName: `${c.clusterName}-`, labels: { [ClusterLabel.ClusterName]: c.clusterName } },
+    spec: {
+      request: Buffer.from(request).toString("base64"),
+      signerName: KubeAPIServerClientSignerName,
+      usages: [...CsrUsages],
+      ...(c.clientCertExpirationSeconds ? { expirationSeconds: c.clientCertExpirationSeconds } : {}),
+    },
+  });
+  return csr.metadata.name!;
+}
+
+async function collectCertificate(r: Registration, pending: Secret): Promise<Outcome> {
+  const { io, c, hub, spoke, bootstrap } = r;
+  const keyPem = secretText(pending, HubSecretKey.TlsKey)!;
+  const csrName = secretText(pending, PendingKey.CsrName);
+  if (!csrName) {
+    const name = await createCsr(r, keyPem); // crashed between saving the key and creating the CSR
+    await writePending(spoke, c, { ...decode(pending), [PendingKey.CsrName]: name });
+    return { recheckInMs: c.pendingRecheckMs };
+  }
+  const csr = await hub.get<Csr>(CertificateSigningRequestResource, csrName);
+  const conditions = csr?.status?.conditions ?? [];
+  if (!csr || conditions.some((x) => x.type === "Denied" || x.type === "Failed")) {
+    const why = csr ? `csr "${csrName}" was denied` : `unable to get csr "${csrName}". It might have already been deleted`;
+    io.log.warn({ csr: csrName }, why);
+    await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
+    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: `Failed to rotated client certificate ${why}` });
+    return { recheckInMs: c.pendingRecheckMs };
+  }
+  const approved = conditions.some((x) => x.type === "Approved" && x.status === "True");
+  if (!approved || !csr.status?.certificate) return { recheckInMs: c.pendingRecheckMs };
+
+  const certPem = Buffer.from(csr.status.certificate, "base64").toString();
+  if (!certificateMatchesKey(certPem, keyPem)) {
+    await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
+    throw new Error(`the certificate of csr ${csrName} does not match the key we generated`);
+  }
+  // The secret is saved before the condition is written, as OCM does, so a failure cannot cause a second CSR.
+  await createOrUpdate<Secret>(spoke, SecretResource, {
+    metadata: { name: c.hubSecret, namespace: c.agentNamespace },
+    type: "Opaque",
+    data: encode({
+      [HubSecretKey.TlsCert]: certPem,
+      [HubSecretKey.TlsKey]: keyPem,
+      [HubSecretKey.Kubeconfig]: hubKubeconfig(bootstrap),
+      [HubSecretKey.ClusterName]: c.clusterName,
+      [HubSecretKey.AgentName]: r.agentName,
+    }),
+  }, ["data"]);
+  await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
+  const cert = readCertificate(certPem);
+  io.log.info({ csr: csrName, notAfter: cert.notAfter }, "wrote the hub kubeconfig secret");
+  await setRotatedCondition(r, { status: "True", reason: CertificateRotatedReason.Updated, message: rotatedMessage(cert.notBefore, cert.notAfter) });
+  return done;
+}
+
+// OCM writes no status while bootstrapping (its status updater is a no-op until the hub kubeconfig is valid).
+async function setRotatedCondition(r: Registration, c: Omit<NewCondition, "type">): Promise<void> {
+  if (!r.bootstrapped) return;
+  const cluster = await r.hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, r.c.clusterName);
+  if (!cluster) return;
+  const conditions = setCondition(cluster.status?.conditions, { type: ManagedClusterConditionType.CertificateRotated, ...c }, r.now);
+  await patchStatusIfChanged(r.hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
+}
+
+async function writePending(spoke: KubeClient, c: Config, data: Record<string, string>): Promise<void> {
+  await createOrUpdate<Secret>(spoke, SecretResource, { metadata: { name: pendingSecretName(c), namespace: c.agentNamespace }, type: "Opaque", data: encode(data) }, ["data"]);
+}
+
+const encode = (d: Record<string, string>) => Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Buffer.from(v).toString("base64")]));
+const decode = (s: Secret) => Object.fromEntries(Object.entries(s.data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));

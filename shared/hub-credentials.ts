@@ -1,0 +1,117 @@
+// The spoke's credentials for the hub: the bootstrap kubeconfig, the hub kubeconfig secret OCM's agents
+// write (§3.4), whether that secret is still good (OCM's IsHubKubeConfigValid, §3.5), and clients from them.
+import { createHash } from "node:crypto";
+import { parse, stringify } from "yaml";
+import { HubKubeconfigLayout, HubSecretKey, agentUser } from "./api/registration.ts";
+import { KubeClient, type KubeObject } from "./kube/client.ts";
+import { readCertificate, type CertificateInfo } from "./pki.ts";
+
+export type Secret = KubeObject & { type?: string; data?: Record<string, string> };
+
+type KubeconfigDoc = {
+  clusters?: { name: string; cluster: Record<string, unknown> }[];
+  users?: { name: string; user: Record<string, unknown> }[];
+  contexts?: { name: string; context: { cluster: string; user: string; namespace?: string } }[];
+  "current-context"?: string;
+};
+
+// The part of a kubeconfig's current context that identifies the hub (what §3.5 compares).
+export type HubEndpoint = { clusterName: string; server: string; caData?: string; caFile?: string; proxyUrl?: string };
+
+export const secretText = (s: Secret | undefined, key: string): string | undefined => {
+  const v = s?.data?.[key];
+  return v === undefined ? undefined : Buffer.from(v, "base64").toString();
+};
+
+export function hubEndpoint(kubeconfigText: string): HubEndpoint {
+  const doc = parse(kubeconfigText) as KubeconfigDoc;
+  const ctx = doc.contexts?.find((c) => c.name === doc["current-context"]) ?? doc.contexts?.[0];
+  const entry = doc.clusters?.find((c) => c.name === (ctx?.context.cluster ?? doc.clusters?.[0]?.name));
+  if (!entry || typeof entry.cluster.server !== "string") throw new Error("kubeconfig has no current cluster with a server");
+  const c = entry.cluster;
+  return {
+    clusterName: entry.name,
+    server: c.server as string,
+    caData: c["certificate-authority-data"] as string | undefined,
+    caFile: c["certificate-authority"] as string | undefined,
+    proxyUrl: c["proxy-url"] as string | undefined,
+  };
+}
+
+// The hub kubeconfig of §3.4: the bootstrap cluster entry kept as it is, cert auth from tls.crt/tls.key.
+export function hubKubeconfig(bootstrap: HubEndpoint): string {
+  const cluster: Record<string, unknown> = { server: bootstrap.server, "insecure-skip-tls-verify": false };
+  if (bootstrap.caData) cluster["certificate-authority-data"] = bootstrap.caData;
+  if (bootstrap.caFile) cluster["certificate-authority"] = bootstrap.caFile;
+  if (bootstrap.proxyUrl) cluster["proxy-url"] = bootstrap.proxyUrl;
+  const { context, user, namespace } = HubKubeconfigLayout;
+  return stringify({
+    apiVersion: "v1",
+    kind: "Config",
+    clusters: [{ name: bootstrap.clusterName, cluster }],
+    contexts: [{ name: context, context: { cluster: bootstrap.clusterName, user, namespace } }],
+    "current-context": context,
+    users: [{ name: user, user: { "client-certificate": HubSecretKey.TlsCert, "client-key": HubSecretKey.TlsKey } }],
+  });
+}
+
+// A client from a kubeconfig whose file references (tls.crt, tls.key, a CA file) are keys of a secret.
+export function clientWithSecretFiles(kubeconfigText: string, files: Secret): KubeClient {
+  const doc = parse(kubeconfigText) as KubeconfigDoc;
+  const inline = (o: Record<string, unknown>, fileKey: string, dataKey: string) => {
+    const ref = o[fileKey];
+    if (typeof ref !== "string") return;
+    const text = secretText(files, ref.split("/").pop()!);
+    if (text === undefined) throw new Error(`kubeconfig refers to ${ref}, which the secret does not hold`);
+    o[dataKey] = Buffer.from(text).toString("base64");
+    delete o[fileKey];
+  };
+  for (const u of doc.users ?? []) {
+    inline(u.user, "client-certificate", "client-certificate-data");
+    inline(u.user, "client-key", "client-key-data");
+  }
+  for (const c of doc.clusters ?? []) if (typeof c.cluster["certificate-authority"] === "string" && !c.cluster["certificate-authority-data"]) inline(c.cluster, "certificate-authority", "certificate-authority-data");
+  return KubeClient.fromKubeconfig(stringify(doc));
+}
+
+export type HubSecretJudgement = { valid: true; cert: CertificateInfo } | { valid: false; reason: string };
+
+// OCM's IsHubKubeConfigValid: the secret's kubeconfig points at the same hub as the bootstrap one
+// (server, proxy, CA and the cluster entry's name), and its certificate is ours and unexpired.
+export function judgeHubSecret(o: { hubSecret?: Secret; bootstrap: HubEndpoint; clusterName: string; agentName?: string; now: Date }): HubSecretJudgement {
+  const kubeconfig = secretText(o.hubSecret, HubSecretKey.Kubeconfig);
+  if (!kubeconfig) return { valid: false, reason: "no hub kubeconfig yet" };
+  let hub: HubEndpoint;
+  try {
+    hub = hubEndpoint(kubeconfig);
+  } catch (err) {
+    return { valid: false, reason: `hub kubeconfig unreadable: ${(err as Error).message}` };
+  }
+  for (const field of ["clusterName", "server", "proxyUrl", "caFile", "caData"] as const) {
+    if ((hub[field] ?? "") !== (o.bootstrap[field] ?? "")) return { valid: false, reason: `hub kubeconfig ${field} differs from the bootstrap kubeconfig` };
+  }
+  if (!secretText(o.hubSecret, HubSecretKey.TlsKey)) return { valid: false, reason: "no tls.key" };
+  const certPem = secretText(o.hubSecret, HubSecretKey.TlsCert);
+  if (!certPem) return { valid: false, reason: "no tls.crt" };
+  let cert: CertificateInfo;
+  try {
+    cert = readCertificate(certPem);
+  } catch (err) {
+    return { valid: false, reason: `tls.crt unreadable: ${(err as Error).message}` };
+  }
+  const agentName = o.agentName ?? secretText(o.hubSecret, HubSecretKey.AgentName);
+  if (agentName && cert.commonName !== agentUser(o.clusterName, agentName)) return { valid: false, reason: `certificate is for ${cert.commonName}` };
+  if (!agentName && !cert.commonName.startsWith(agentUser(o.clusterName, ""))) return { valid: false, reason: `certificate is for ${cert.commonName}` };
+  if (o.now.getTime() >= cert.notAfter.getTime()) return { valid: false, reason: "the client certificate has expired" };
+  return { valid: true, cert };
+}
+
+// OCM rotates when the remaining life falls to a random 20-25 % of the whole. A function has no memory
+// for a random draw, so the fraction comes from the certificate itself: stable per certificate,
+// spread across a fleet.
+export function shouldRotate(cert: CertificateInfo, now: Date, certPem: string): boolean {
+  const total = cert.notAfter.getTime() - cert.notBefore.getTime();
+  const remaining = cert.notAfter.getTime() - now.getTime();
+  const spread = createHash("sha256").update(certPem).digest().readUInt16BE(0) / 0x10000;
+  return remaining <= total * (0.2 + 0.05 * spread);
+}

@@ -1,0 +1,209 @@
+// spoke-registration: a spoke joins with bootstrap credentials, gets its hub kubeconfig secret, keeps it
+// while valid, and starts over when the bootstrap kubeconfig changes or the certificate expires.
+import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { parse, stringify } from "yaml";
+import { startClusters, type LocalClusters } from "../../shared/control-plane/clusters.ts";
+import { KubeClient } from "../../shared/kube/client.ts";
+import { CertificateSigningRequestResource, SecretResource } from "../../shared/api/kube.ts";
+import { ManagedClusterResource, ClusterLabel } from "../../shared/api/cluster.ts";
+import { ManagedClustersGroup } from "../../shared/api/registration.ts";
+import { applyManifests } from "../../shared/apply.ts";
+import { handleEvent, reconcileKey, serve } from "../../shared/harness.ts";
+import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
+import { manualClock } from "../../shared/clock.ts";
+import { parseCertificateRequest, readCertificate } from "../../shared/pki.ts";
+import { spec, ConfigSchema, pendingSecretName, type Config } from "../../functions/spoke-registration/reconcile.ts";
+import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { eventually } from "../support/eventually.ts";
+
+const AGENT_NS = "open-cluster-management-agent";
+type Csr = { metadata: { name: string; creationTimestamp?: string }; spec: { request: string; signerName: string; usages: string[]; username: string }; status?: { certificate?: string } };
+
+let local: LocalClusters;
+let hubAdmin: KubeClient;
+let spokeAdmin: KubeClient;
+let fnKubeconfig: string;
+
+beforeAll(async () => {
+  local = await startClusters({ names: ["hub", "spoke"] });
+  hubAdmin = KubeClient.fromKubeconfig(local.get("hub").adminKubeconfig);
+  spokeAdmin = KubeClient.fromKubeconfig(local.get("spoke").adminKubeconfig);
+  await applyManifests(hubAdmin, readFileSync(join(import.meta.dirname, "../../manifests/hub/bootstrap-rbac.yaml"), "utf8"));
+  fnKubeconfig = await identityFor(local.get("spoke"), "spoke-registration");
+});
+afterAll(async () => {
+  hubAdmin?.close();
+  spokeAdmin?.close();
+  await local?.stop();
+});
+
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+// One agent per scenario: its own cluster name and its own secret names in the agent namespace.
+async function newAgent(o: Partial<Config> = {}, clusterEntryName = "hub") {
+  const id = suffix();
+  const token = await local.get("hub").createBootstrapToken(["system:bootstrappers:managedcluster"]);
+  const config = ConfigSchema.parse({
+    managementCluster: "spoke",
+    clusterName: `cluster-${id}`,
+    bootstrapSecret: `bootstrap-${id}`,
+    hubSecret: `hub-${id}`,
+    externalServerUrls: [local.get("spoke").url],
+    ...o,
+  });
+  await writeBootstrap(config, token.kubeconfig, clusterEntryName);
+  const clock = manualClock();
+  const io = testIo({ spoke: fnKubeconfig }, config, clock);
+  const key = { cluster: "spoke", name: config.clusterName };
+  return { config, io, clock, key, token, reconcile: () => reconcileKey(spec, io, key) };
+}
+
+async function writeBootstrap(config: Config, kubeconfig: string, clusterEntryName: string) {
+  const doc = parse(kubeconfig);
+  doc.clusters[0].name = clusterEntryName;
+  doc.contexts[0].context.cluster = clusterEntryName;
+  const data = { kubeconfig: Buffer.from(stringify(doc)).toString("base64") };
+  const existing = await spokeAdmin.get<Secret>(SecretResource, config.bootstrapSecret, AGENT_NS);
+  if (existing) await spokeAdmin.update(SecretResource, { ...existing, data });
+  else await spokeAdmin.create<Secret>(SecretResource, { metadata: { name: config.bootstrapSecret, namespace: AGENT_NS }, data });
+}
+
+async function csrsOf(cluster: string): Promise<Csr[]> {
+  const { items } = await hubAdmin.list<Csr & { metadata: { name: string } }>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` });
+  return items.sort((a, b) => (a.metadata.creationTimestamp ?? "").localeCompare(b.metadata.creationTimestamp ?? ""));
+}
+
+// What a hub admin (or clusteradm accept) does: approve; kube-controller-manager then signs.
+async function approveAndWaitSigned(name: string) {
+  const csr = await hubAdmin.get<Csr & { metadata: { name: string }; status?: object }>(CertificateSigningRequestResource, name);
+  await hubAdmin.update(CertificateSigningRequestResource, { ...csr!, status: { conditions: [{ type: "Approved", status: "True", reason: "Test", message: "approved by the test" }] } }, "approval");
+  return eventually(async () => {
+    const c = await hubAdmin.get<Csr & { metadata: { name: string } }>(CertificateSigningRequestResource, name);
+    if (!c?.status?.certificate) throw new Error("not signed yet");
+    return c;
+  });
+}
+
+async function joinHub(agent: Awaited<ReturnType<typeof newAgent>>) {
+  await agent.reconcile();
+  const [csr] = await csrsOf(agent.config.clusterName);
+  await approveAndWaitSigned(csr!.metadata.name);
+  await agent.reconcile();
+  return (await spokeAdmin.get<Secret>(SecretResource, agent.config.hubSecret, AGENT_NS))!;
+}
+
+describe("bootstrap", () => {
+  it("creates the ManagedCluster and an OCM-shaped CSR with the bootstrap identity", async () => {
+    const agent = await newAgent();
+    await agent.reconcile();
+    const cluster = await hubAdmin.get<{ metadata: { name: string }; spec: { hubAcceptsClient: boolean; managedClusterClientConfigs: { url: string; caBundle: string }[] } }>(ManagedClusterResource, agent.config.clusterName);
+    expect(cluster?.spec.hubAcceptsClient).toBe(false);
+    expect(cluster?.spec.managedClusterClientConfigs).toEqual([{ url: local.get("spoke").url, caBundle: Buffer.from(local.get("spoke").caPem).toString("base64") }]);
+
+    const csrs = await csrsOf(agent.config.clusterName);
+    expect(csrs).toHaveLength(1);
+    const csr = csrs[0]!;
+    expect(csr.metadata.name.startsWith(`${agent.config.clusterName}-`)).toBe(true);
+    expect(csr.spec.signerName).toBe("kubernetes.io/kube-apiserver-client");
+    expect([...csr.spec.usages].sort()).toEqual(["client auth", "digital signature", "key encipherment"]);
+    expect(csr.spec.username).toBe(agent.token.user);
+    const request = await parseCertificateRequest(Buffer.from(csr.spec.request, "base64").toString());
+    expect(request.commonName).toMatch(new RegExp(`^system:open-cluster-management:${agent.config.clusterName}:[a-z0-9]{5}$`));
+    expect(request.organizations.sort()).toEqual([`system:open-cluster-management:${agent.config.clusterName}`, ManagedClustersGroup].sort());
+    expect(await spokeAdmin.get(SecretResource, pendingSecretName(agent.config), AGENT_NS)).toBeDefined();
+  });
+
+  it("writes hub-kubeconfig-secret in OCM's layout once the CSR is approved, through the real runtime", async () => {
+    const agent = await newAgent({}, "my-hub");
+    await agent.reconcile();
+    const [csr] = await csrsOf(agent.config.clusterName);
+    const signed = await approveAndWaitSigned(csr!.metadata.name);
+
+    const server = await startFunctionServer(serve(spec, () => agent.io));
+    try {
+      const reply = await postEvent(server.url, objectEvent({ cluster: "hub", object: { apiVersion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", ...signed } as never }));
+      expect(reply.status).toBe(204);
+    } finally {
+      await server.close();
+    }
+    const secret = (await spokeAdmin.get<Secret>(SecretResource, agent.config.hubSecret, AGENT_NS))!;
+    expect(Object.keys(secret.data!).sort()).toEqual(["agent-name", "cluster-name", "kubeconfig", "tls.crt", "tls.key"]);
+    expect(secretText(secret, "cluster-name")).toBe(agent.config.clusterName);
+    const kubeconfig = parse(secretText(secret, "kubeconfig")!);
+    expect(kubeconfig["current-context"]).toBe("default-context");
+    expect(kubeconfig.contexts).toEqual([{ name: "default-context", context: { cluster: "my-hub", user: "default-auth", namespace: "configuration" } }]);
+    expect(kubeconfig.users).toEqual([{ name: "default-auth", user: { "client-certificate": "tls.crt", "client-key": "tls.key" } }]);
+    expect(kubeconfig.clusters[0].name).toBe("my-hub");
+    expect(kubeconfig.clusters[0].cluster.server).toBe(local.get("hub").url);
+    expect(await spokeAdmin.get(SecretResource, pendingSecretName(agent.config), AGENT_NS)).toBeUndefined();
+
+    const hub = clientWithSecretFiles(secretText(secret, "kubeconfig")!, secret);
+    const review = await hub.request<{ status: { userInfo: { username: string; groups: string[] } } }>("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" });
+    hub.close();
+    expect(review.status.userInfo.username).toBe(`system:open-cluster-management:${agent.config.clusterName}:${secretText(secret, "agent-name")}`);
+    expect(review.status.userInfo.groups).toEqual(expect.arrayContaining([`system:open-cluster-management:${agent.config.clusterName}`, ManagedClustersGroup]));
+  });
+});
+
+describe("keeping and replacing the credentials", () => {
+  it("reuses a valid secret after a restart without a new CSR", async () => {
+    const agent = await newAgent();
+    const before = await joinHub(agent);
+    for (let i = 0; i < 3; i++) await agent.reconcile(); // a restart is just more invocations
+    expect(await csrsOf(agent.config.clusterName)).toHaveLength(1);
+    const after = await spokeAdmin.get<Secret>(SecretResource, agent.config.hubSecret, AGENT_NS);
+    expect(after?.data).toEqual(before.data);
+  });
+
+  it("re-bootstraps when the bootstrap kubeconfig changes", async () => {
+    const agent = await newAgent();
+    await joinHub(agent);
+    await writeBootstrap(agent.config, agent.token.kubeconfig, "renamed-hub"); // same server and CA, new cluster entry name
+    await agent.reconcile();
+    const csrs = await csrsOf(agent.config.clusterName);
+    expect(csrs).toHaveLength(2);
+    expect(csrs[1]!.spec.username).toBe(agent.token.user); // requested with the bootstrap identity again
+  });
+
+  it("re-bootstraps when the certificate has expired", async () => {
+    const agent = await newAgent();
+    const secret = await joinHub(agent);
+    agent.clock.set(new Date(readCertificate(secretText(secret, "tls.crt")!).notAfter.getTime() + 1_000));
+    await agent.reconcile();
+    const csrs = await csrsOf(agent.config.clusterName);
+    expect(csrs).toHaveLength(2);
+    expect(csrs[1]!.spec.username).toBe(agent.token.user);
+  });
+
+  it("stops creating CSRs while ten exist for the cluster", async () => {
+    const agent = await newAgent();
+    await agent.reconcile();
+    const [first] = await csrsOf(agent.config.clusterName);
+    for (let i = 0; i < 9; i++) {
+      await hubAdmin.create(CertificateSigningRequestResource, { metadata: { generateName: `${agent.config.clusterName}-`, labels: { [ClusterLabel.ClusterName]: agent.config.clusterName } }, spec: { ...first!.spec, username: undefined } } as never);
+    }
+    await spokeAdmin.delete(SecretResource, pendingSecretName(agent.config), AGENT_NS); // as if the first request was lost
+    await agent.reconcile();
+    expect(await csrsOf(agent.config.clusterName)).toHaveLength(10);
+  });
+});
+
+describe("events", () => {
+  it("answers a malformed event with 400 and writes nothing", async () => {
+    const agent = await newAgent();
+    const reply = await handleEvent(spec, agent.io, { ...tickEvent(), type: "dev.knative.apiserver.resource.update" });
+    expect(reply.statusCode).toBe(400);
+    expect(reply.body).toMatch(/cluster|kind|name/);
+    expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeUndefined();
+    expect(await csrsOf(agent.config.clusterName)).toHaveLength(0);
+  });
+
+  it("skips other agents' secrets", async () => {
+    const agent = await newAgent();
+    const reply = await handleEvent(spec, agent.io, objectEvent({ cluster: "spoke", object: { apiVersion: "v1", kind: "Secret", metadata: { name: "someone-else", namespace: AGENT_NS } } }));
+    expect(reply.statusCode).toBe(204);
+    expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeUndefined();
+  });
+});
