@@ -4,6 +4,7 @@ import { createHash } from "node:crypto";
 import { parse, stringify } from "yaml";
 import { HubKubeconfigLayout, HubSecretKey, agentUser } from "./api/registration.ts";
 import { KubeClient, type KubeObject } from "./kube/client.ts";
+import { SecretResource } from "./api/kube.ts";
 import { readCertificate, type CertificateInfo } from "./pki.ts";
 
 export type Secret = KubeObject & { type?: string; data?: Record<string, string> };
@@ -114,4 +115,20 @@ export function shouldRotate(cert: CertificateInfo, now: Date, certPem: string):
   const remaining = cert.notAfter.getTime() - now.getTime();
   const spread = createHash("sha256").update(certPem).digest().readUInt16BE(0) / 0x10000;
   return remaining <= total * (0.2 + 0.05 * spread);
+}
+
+export type AgentSecrets = { agentNamespace: string; bootstrapSecret: string; hubSecret: string; clusterName: string };
+
+// The hub as the cluster's own identity, for spoke functions that run after bootstrap. `reason` says
+// why there is none yet (no bootstrap kubeconfig, not bootstrapped, expired certificate...).
+export async function bootstrappedHubClient(spoke: KubeClient, s: AgentSecrets, now: Date): Promise<{ hub: KubeClient } | { reason: string }> {
+  const [bootstrapSecret, hubSecret] = await Promise.all([
+    spoke.get<Secret>(SecretResource, s.bootstrapSecret, s.agentNamespace),
+    spoke.get<Secret>(SecretResource, s.hubSecret, s.agentNamespace),
+  ]);
+  const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
+  if (!bootstrapText) return { reason: "no bootstrap kubeconfig" };
+  const judged = judgeHubSecret({ hubSecret, bootstrap: hubEndpoint(bootstrapText), clusterName: s.clusterName, now });
+  if (!judged.valid) return { reason: judged.reason };
+  return { hub: clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!) };
 }

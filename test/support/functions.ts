@@ -1,46 +1,17 @@
 // Running functions in tests as production runs them: under their own RBAC identity (from
 // manifests/rbac/<function>.yaml), fed ApiServerSource-shaped CloudEvents, directly or over HTTP.
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import type { Server } from "node:http";
 import { randomUUID } from "node:crypto";
-import { parseAllDocuments } from "yaml";
 import faas from "faas-js-runtime";
-import type { LocalCluster } from "../../shared/control-plane/clusters.ts";
-import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource, RoleResource } from "../../shared/api/kube.ts";
-import { createOrUpdate } from "../../shared/apply.ts";
+import type { KubeObject } from "../../shared/kube/client.ts";
 import { jsonLog, type Io } from "../../shared/harness.ts";
 import { clientsFromKubeconfigs } from "../../shared/kube/clients.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { systemClock } from "../../shared/clock.ts";
 
-const root = join(import.meta.dirname, "..", "..");
 
-// Applies the function's ClusterRoles/Roles from manifests/rbac/<name>.yaml on the cluster, binds them
-// to a user named after the function, and returns that user's kubeconfig.
-export async function identityFor(cluster: LocalCluster, fn: string, suffix = ""): Promise<string> {
-  const admin = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
-  const user = `ocm-functions:${fn}${suffix}`;
-  const docs = parseAllDocuments(readFileSync(join(root, "manifests", "rbac", `${fn}.yaml`), "utf8")).map((d) => d.toJS() as KubeObject & { rules?: unknown });
-  const subjects = [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: user }];
-  for (const doc of docs) {
-    if (doc.kind === "ClusterRole") {
-      await createOrUpdate(admin, ClusterRoleResource, doc, ["rules"]);
-      await createOrUpdate(admin, ClusterRoleBindingResource, { metadata: { name: `${doc.metadata.name}${suffix}` }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: doc.metadata.name }, subjects }, ["subjects"]);
-    } else if (doc.kind === "Role") {
-      await createNamespaceIfMissing(admin, doc.metadata.namespace!);
-      await createOrUpdate(admin, RoleResource, doc, ["rules"]);
-      await createOrUpdate(admin, RoleBindingResource, { metadata: { name: `${doc.metadata.name}${suffix}`, namespace: doc.metadata.namespace }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: doc.metadata.name }, subjects }, ["subjects"]);
-    }
-  }
-  admin.close();
-  return cluster.kubeconfigFor({ user });
-}
-
-async function createNamespaceIfMissing(admin: KubeClient, name: string): Promise<void> {
-  await createOrUpdate(admin, NamespaceResource, { metadata: { name } }, []);
-}
+// Functions run under the RBAC of manifests/rbac/<fn>.yaml, bound to a user named after them.
+export { identityFor } from "../../shared/control-plane/identities.ts";
 
 export function testIo<C>(kubeconfigs: Record<string, string>, config: C, clock: Clock = systemClock): Io<C> {
   return { clock, config, log: jsonLog("test", !process.env.DEBUG_FUNCTIONS), cluster: clientsFromKubeconfigs(kubeconfigs) };

@@ -1,0 +1,29 @@
+// The relay as a process: `node cli/relay.ts --config relay.yaml`, or in a ContainerSource with the
+// configuration in OCM_RELAY_CONFIG and the sink in K_SINK. Stops cleanly on SIGTERM/SIGINT.
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { jsonLog } from "../shared/harness.ts";
+import { configFromEnvironment } from "../shared/relay/config.ts";
+import { startRelay } from "../shared/relay/relay.ts";
+
+const log = jsonLog("relay");
+const { values } = parseArgs({ options: { config: { type: "string" } } });
+const file = values.config ?? process.env.OCM_RELAY_CONFIG_FILE;
+
+let relay;
+try {
+  relay = startRelay({ ...configFromEnvironment(file ? readFileSync(file, "utf8") : process.env.OCM_RELAY_CONFIG, process.env), log });
+} catch (err) {
+  log.error({ error: err instanceof Error ? err.message : String(err) }, "not started");
+  process.exit(2);
+}
+
+let stopping = false;
+for (const signal of ["SIGTERM", "SIGINT"] as const) {
+  process.on(signal, () => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, "stopping");
+    void relay.stop().then(() => process.exit(0));
+  });
+}

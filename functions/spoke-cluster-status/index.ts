@@ -1,0 +1,7 @@
+// Knative entry point: the spoke's ManagedCluster status as a function.
+import { serve, jsonLog } from "../../shared/harness.ts";
+import { systemClock } from "../../shared/clock.ts";
+import { clientsFromEnv } from "../../shared/kube/clients.ts";
+import { spec, configFromEnv } from "./reconcile.ts";
+
+export const handle = serve(spec, () => ({ clock: systemClock, log: jsonLog(spec.name), cluster: clientsFromEnv(), config: configFromEnv(process.env) }));
