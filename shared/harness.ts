@@ -33,12 +33,13 @@ export type FunctionSpec<Config> = {
 export type Reply = { statusCode: number; body?: string; headers?: Record<string, string> };
 
 const CONFLICT_RETRIES = 3;
+// A recheck further away than this is left to the periodic resync (and timers cannot hold days).
+export const MAX_RECHECK_MS = 3_600_000;
 
-// JSON lines on stderr: one object per decision, as a log pipeline wants them.
-export function jsonLog(fn: string, quiet = false): Log {
-  const write = (level: string) => (fields: object, msg: string) => {
-    if (!quiet) process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), fn, msg, ...fields })}\n`);
-  };
+// JSON lines, one object per decision, as a log pipeline wants them: on stderr, to `out`, or nowhere.
+export function jsonLog(fn: string, out?: "quiet" | ((line: string) => void)): Log {
+  const emit = typeof out === "function" ? out : out === "quiet" ? () => {} : (line: string) => process.stderr.write(line);
+  const write = (level: string) => (fields: object, msg: string) => emit(`${JSON.stringify({ level, time: new Date().toISOString(), fn, msg, ...fields })}\n`);
   return { info: write("info"), warn: write("warn"), error: write("error") };
 }
 
@@ -64,6 +65,10 @@ function replyFor(err: unknown): Reply {
     case "transient":
     case "not-found": // something vanished mid-reconcile: the retry will read the new state
     case "already-exists":
+    // Permissions here are granted by other reconcilers (acceptance, rotation) and arrive a moment
+    // later than the events that need them; the retry finds them in place.
+    case "forbidden":
+    case "unauthorized":
       return { statusCode: 503, body: `retry: ${message}` };
     default:
       return { statusCode: 500, body: message };
@@ -85,7 +90,7 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
     let recheckInMs: number | undefined;
     for (const key of keys) {
       const outcome = await reconcileKey(spec, io, key);
-      if ("recheckInMs" in outcome) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
+      if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
     }
     // Knative has no delayed redelivery; the resync tick covers rechecks. The local relay reads this header.
     return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };

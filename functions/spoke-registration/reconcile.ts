@@ -26,7 +26,7 @@ import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, shouldRotate, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { classifyError } from "../../shared/kube/errors.ts";
+import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { certificateMatchesKey, createCertificateRequest, generateKeyPair, keyPairFromPem, privateKeyToPem, readCertificate } from "../../shared/pki.ts";
 
 const list = z.string().transform((s) => s.split(",").map((x) => x.trim()).filter(Boolean));
@@ -99,8 +99,10 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
     return done;
   }
   const bootstrap = hubEndpoint(bootstrapText);
-  const hubSecret = await spoke.get<Secret>(SecretResource, c.hubSecret, c.agentNamespace);
+  // Pending before the hub secret: an issuance writes the hub secret, then deletes the pending one, so
+  // in this order a concurrent invocation sees one of the two and never neither.
   const pending = await spoke.get<Secret>(SecretResource, pendingSecretName(c), c.agentNamespace);
+  const hubSecret = await spoke.get<Secret>(SecretResource, c.hubSecret, c.agentNamespace);
   const agentName = c.agentName ?? secretText(hubSecret, HubSecretKey.AgentName) ?? secretText(pending, HubSecretKey.AgentName) ?? randomBytes(3).toString("hex").slice(0, 5);
   const judged = judgeHubSecret({ hubSecret, bootstrap, clusterName: c.clusterName, agentName, now });
 
@@ -168,45 +170,58 @@ async function requestCertificate(r: Registration): Promise<Outcome> {
     return done;
   }
   const keyPem = await privateKeyToPem((await generateKeyPair()).privateKey);
-  // The key is saved before the CSR exists, so a crash in between leaves a key to reuse, not an orphan CSR.
-  await writePending(spoke, c, { [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName });
-  const csrName = await createCsr(r, keyPem);
-  await writePending(spoke, c, { [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [PendingKey.CsrName]: csrName });
+  // OCM lets the server pick a name from generateName "<cluster>-"; we pick one of the same shape first,
+  // so the key and the request's name are saved in one write before the CSR exists. Create-only: when
+  // two invocations race, the loser leaves the request to the winner.
+  const csrName = `${c.clusterName}-${randomSuffix()}`;
+  try {
+    const data = encode({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [PendingKey.CsrName]: csrName });
+    await spoke.create<Secret>(SecretResource, { metadata: { name: pendingSecretName(c), namespace: c.agentNamespace }, type: "Opaque", data });
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+    return { recheckInMs: c.pendingRecheckMs };
+  }
+  await createCsr(r, csrName, keyPem);
   io.log.info({ csr: csrName, bootstrapped: r.bootstrapped }, "requested a client certificate");
   return { recheckInMs: c.pendingRecheckMs };
 }
 
-async function createCsr({ c, hub, agentName }: Registration, keyPem: string): Promise<string> {
+// Idempotent: the name is ours, so finding it already there means an earlier invocation created it.
+async function createCsr({ c, hub, agentName }: Registration, name: string, keyPem: string): Promise<void> {
   const subject = { commonName: agentUser(c.clusterName, agentName), organizations: [clusterGroup(c.clusterName), ManagedClustersGroup] };
   const request = await createCertificateRequest(subject, await keyPairFromPem(keyPem));
-  const csr = await hub.create<Csr>(CertificateSigningRequestResource, {
-    metadata: { generateName: `${c.clusterName}-`, labels: { [ClusterLabel.ClusterName]: c.clusterName } },
-    spec: {
-      request: Buffer.from(request).toString("base64"),
-      signerName: KubeAPIServerClientSignerName,
-      usages: [...CsrUsages],
-      ...(c.clientCertExpirationSeconds ? { expirationSeconds: c.clientCertExpirationSeconds } : {}),
-    },
-  });
-  return csr.metadata.name!;
+  try {
+    await hub.create<Csr>(CertificateSigningRequestResource, {
+      metadata: { name, labels: { [ClusterLabel.ClusterName]: c.clusterName } },
+      spec: {
+        request: Buffer.from(request).toString("base64"),
+        signerName: KubeAPIServerClientSignerName,
+        usages: [...CsrUsages],
+        ...(c.clientCertExpirationSeconds ? { expirationSeconds: c.clientCertExpirationSeconds } : {}),
+      },
+    });
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+  }
 }
 
 async function collectCertificate(r: Registration, pending: Secret): Promise<Outcome> {
   const { io, c, hub, spoke, bootstrap } = r;
   const keyPem = secretText(pending, HubSecretKey.TlsKey)!;
-  const csrName = secretText(pending, PendingKey.CsrName);
-  if (!csrName) {
-    const name = await createCsr(r, keyPem); // crashed between saving the key and creating the CSR
-    await writePending(spoke, c, { ...decode(pending), [PendingKey.CsrName]: name });
+  const csrName = secretText(pending, PendingKey.CsrName)!;
+  const csr = await hub.get<Csr>(CertificateSigningRequestResource, csrName);
+  if (!csr) {
+    // Not there: we stopped between saving the key and creating the request, or someone deleted it.
+    // Either way the same request again is what we want.
+    io.log.info({ csr: csrName }, `unable to get csr "${csrName}"; creating it again`);
+    await createCsr(r, csrName, keyPem);
     return { recheckInMs: c.pendingRecheckMs };
   }
-  const csr = await hub.get<Csr>(CertificateSigningRequestResource, csrName);
-  const conditions = csr?.status?.conditions ?? [];
-  if (!csr || conditions.some((x) => x.type === "Denied" || x.type === "Failed")) {
-    const why = csr ? `csr "${csrName}" was denied` : `unable to get csr "${csrName}". It might have already been deleted`;
-    io.log.warn({ csr: csrName }, why);
+  const conditions = csr.status?.conditions ?? [];
+  if (conditions.some((x) => x.type === "Denied" || x.type === "Failed")) {
+    io.log.warn({ csr: csrName }, "the CSR was denied; starting over");
     await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
-    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: `Failed to rotated client certificate ${why}` });
+    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: `Failed to rotated client certificate csr "${csrName}" was denied` });
     return { recheckInMs: c.pendingRecheckMs };
   }
   const approved = conditions.some((x) => x.type === "Approved" && x.status === "True");
@@ -245,9 +260,6 @@ async function setRotatedCondition(r: Registration, c: Omit<NewCondition, "type"
   await patchStatusIfChanged(r.hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
 }
 
-async function writePending(spoke: KubeClient, c: Config, data: Record<string, string>): Promise<void> {
-  await createOrUpdate<Secret>(spoke, SecretResource, { metadata: { name: pendingSecretName(c), namespace: c.agentNamespace }, type: "Opaque", data: encode(data) }, ["data"]);
-}
-
 const encode = (d: Record<string, string>) => Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Buffer.from(v).toString("base64")]));
-const decode = (s: Secret) => Object.fromEntries(Object.entries(s.data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));
+// The same alphabet and length as the API server's generateName suffix.
+const randomSuffix = () => Array.from(randomBytes(5), (b) => "bcdfghjklmnpqrstvwxz2456789"[b % 27]).join("");

@@ -1,8 +1,6 @@
 // Running functions in tests as production runs them: under their own RBAC identity (from
 // manifests/rbac/<function>.yaml), fed ApiServerSource-shaped CloudEvents, directly or over HTTP.
-import type { Server } from "node:http";
 import { randomUUID } from "node:crypto";
-import faas from "faas-js-runtime";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { jsonLog, type Io } from "../../shared/harness.ts";
 import { clientsFromKubeconfigs } from "../../shared/kube/clients.ts";
@@ -14,7 +12,7 @@ import { systemClock } from "../../shared/clock.ts";
 export { identityFor } from "../../shared/control-plane/identities.ts";
 
 export function testIo<C>(kubeconfigs: Record<string, string>, config: C, clock: Clock = systemClock): Io<C> {
-  return { clock, config, log: jsonLog("test", !process.env.DEBUG_FUNCTIONS), cluster: clientsFromKubeconfigs(kubeconfigs) };
+  return { clock, config, log: jsonLog("test", process.env.DEBUG_FUNCTIONS ? undefined : "quiet"), cluster: clientsFromKubeconfigs(kubeconfigs) };
 }
 
 // The CloudEvent Knative's ApiServerSource would send for obj, plus our cluster extension.
@@ -41,11 +39,7 @@ export function tickEvent(cluster?: string): Record<string, unknown> {
 }
 
 // The function behind faas-js-runtime's real HTTP server, on a free loopback port.
-export async function startFunctionServer(handle: (context: unknown, event?: unknown) => Promise<unknown>): Promise<{ url: string; close(): Promise<void> }> {
-  const server: Server = await faas.start(handle as never, { port: 0, logLevel: "silent" } as never);
-  const { port } = server.address() as { port: number };
-  return { url: `http://127.0.0.1:${port}/`, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
+export { startFunctionServer } from "../../shared/local/functions.ts";
 
 // POST in binary mode, as the ApiServerSource adapter does.
 export async function postEvent(url: string, ce: Record<string, unknown>): Promise<{ status: number; body: string }> {
