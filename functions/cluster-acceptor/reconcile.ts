@@ -1,0 +1,338 @@
+// Accepts and denies ManagedClusters on the hub (ocm-protocol §4.2): the cluster namespace, the RBAC that
+// lets an accepted cluster's agents in (and the narrower RBAC after a deny), the cluster lease,
+// HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
+import { z } from "zod";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
+import { isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
+import { microTime, rfc3339 } from "../../shared/clock.ts";
+import type { ApiResource } from "../../shared/api/meta.ts";
+import {
+  CertificateSigningRequestResource,
+  ClusterRoleBindingResource,
+  ClusterRoleResource,
+  KubeAPIServerClientSignerName,
+  LeaseResource,
+  NamespaceResource,
+  RoleBindingResource,
+  RoleResource,
+} from "../../shared/api/kube.ts";
+import {
+  ClusterAnnotation,
+  ClusterFinalizer,
+  ClusterLabel,
+  ManagedClusterConditionType,
+  ManagedClusterLeaseName,
+  ManagedClusterReason,
+  ManagedClusterResource,
+  type ManagedCluster,
+} from "../../shared/api/cluster.ts";
+import { ManifestWorkResource, WorkFinalizer, WorkGroup } from "../../shared/api/work.ts";
+import { AddonNameLabel, clusterGroup } from "../../shared/api/registration.ts";
+import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb, clusterBindingGroup } from "../../shared/api/register.ts";
+import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
+import { AddOnGroup } from "../../shared/api/addon.ts";
+
+const commaList = z
+  .string()
+  .optional()
+  .transform((s) => (s ?? "").split(",").map((u) => u.trim()).filter(Boolean));
+
+export const ConfigSchema = z.object({
+  // the cluster this function manages ManagedClusters on; events from any other cluster are not ours
+  hubCluster: z.string().min(1),
+  // OCM's --cluster-auto-approval-users; non-empty turns on the ManagedClusterAutoApproval gate
+  autoApprovalUsers: z.array(z.string().min(1)),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({
+    hubCluster: env.OCM_CLUSTER_NAME || "hub",
+    autoApprovalUsers: commaList.parse(env.OCM_CLUSTER_AUTO_APPROVAL_USERS),
+  });
+}
+
+export const spec: FunctionSpec<Config> = {
+  name: "cluster-acceptor",
+  keys: keysOf,
+  reconcile,
+};
+
+// OCM requeues after 5 s while ManifestWorks keep the work RoleBinding's finalizer in place.
+const WORKS_REMAIN_RECHECK_MS = 5_000;
+
+// Kinds whose events wake the cluster named by their cluster-name label.
+const labelledKinds: Record<string, ApiResource> = {
+  [ClusterRoleResource.kind]: ClusterRoleResource,
+  [ClusterRoleBindingResource.kind]: ClusterRoleBindingResource,
+  [RoleResource.kind]: RoleResource,
+  [RoleBindingResource.kind]: RoleBindingResource,
+  [NamespaceResource.kind]: NamespaceResource,
+  [CertificateSigningRequestResource.kind]: CertificateSigningRequestResource,
+};
+
+async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const hub = io.config.hubCluster;
+  if (event.type === "tick") {
+    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
+    const { items } = await io.cluster(hub).list<ManagedCluster>(ManagedClusterResource);
+    return items.map((c) => ({ cluster: hub, name: c.metadata.name }));
+  }
+  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+  const { kind, apiVersion, namespace } = event.ref;
+  if (kind === ManagedClusterResource.kind) return [{ cluster: hub, name: event.ref.name }];
+  // A ManifestWork going away may free the work RoleBinding's finalizer: its namespace is the cluster.
+  if (kind === ManifestWorkResource.kind && apiVersion.startsWith(`${WorkGroup}/`)) return namespace ? [{ cluster: hub, name: namespace }] : { skip: "ManifestWork without namespace" };
+  const resource = labelledKinds[kind];
+  if (!resource) return { skip: `not a kind this function watches: ${kind}` };
+  if (resource === CertificateSigningRequestResource && io.config.autoApprovalUsers.length === 0) return { skip: "CSR event, but auto-approval is off" };
+  const labels = await labelsOf(event, resource, io.cluster(hub));
+  if (labels === undefined) return { skip: `${kind} ${event.ref.name} is gone; the resync covers it` };
+  const cluster = labels[ClusterLabel.ClusterName];
+  // The shared ClusterRoles carry the label with an empty value: they belong to no one cluster.
+  if (!cluster) return { skip: `${kind} ${event.ref.name} names no cluster` };
+  if (resource === CertificateSigningRequestResource && labels[AddonNameLabel]) return { skip: "an add-on's CSR" };
+  return [{ cluster: hub, name: cluster }];
+}
+
+// Resource mode carries the labels; a Reference-mode event needs a read.
+async function labelsOf(event: ObjectEvent, resource: ApiResource, hub: KubeClient): Promise<Record<string, string> | undefined> {
+  const fromPayload = event.object?.metadata as { labels?: Record<string, string> } | undefined;
+  if (fromPayload) return fromPayload.labels ?? {};
+  const current = await hub.get(resource, event.ref.name, event.ref.namespace);
+  return current ? ((current.metadata as { labels?: Record<string, string> }).labels ?? {}) : undefined;
+}
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  const name = key.name;
+  let cluster = await hub.get<ManagedCluster>(ManagedClusterResource, name);
+  if (!cluster) {
+    io.log.info({ cluster: name }, "cluster is gone: removing its RBAC");
+    return removeClusterRbac(io, hub, name);
+  }
+  if (cluster.metadata.deletionTimestamp) {
+    const outcome = await removeClusterRbac(io, hub, name);
+    if ("recheckInMs" in outcome) return outcome;
+    await removeFinalizer(hub, ManagedClusterResource, cluster, ClusterFinalizer.ApiResourceCleanup);
+    io.log.info({ cluster: name }, "cluster is deleting: RBAC removed, finalizer released");
+    return done;
+  }
+  if (isAutoAcceptPending(cluster, io.config) && (await bootstrappedByAutoApprovalUser(hub, name, io.config.autoApprovalUsers))) {
+    cluster = await autoAccept(hub, cluster, io.clock.now());
+    io.log.info({ cluster: name }, "auto-accepted: its bootstrap CSR came from an auto-approval user");
+  }
+  if (!cluster.spec?.hubAcceptsClient) {
+    if (!wasAccepted(cluster)) {
+      io.log.info({ cluster: name }, "skipped: not accepted and never was");
+      return done;
+    }
+    return deny(io, hub, cluster);
+  }
+  return accept(io, hub, cluster);
+}
+
+export const wasAccepted = (c: ManagedCluster) => isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted);
+
+// OCM's CSR hub driver accepts every cluster once the ManagedClusterAutoApproval gate is on. We narrow
+// it to clusters whose agent bootstrapped with an auto-approval identity (a CSR labelled with the
+// cluster, requested by one of those users); otherwise any ManagedCluster anyone may create would be
+// let in. The annotation makes it happen once: an admin's later hubAcceptsClient=false sticks.
+export function isAutoAcceptPending(c: ManagedCluster, config: Config): boolean {
+  return config.autoApprovalUsers.length > 0 && c.metadata.annotations?.[ClusterAnnotation.AutomaticallyAcceptedOn] === undefined;
+}
+
+async function bootstrappedByAutoApprovalUser(hub: KubeClient, cluster: string, users: readonly string[]): Promise<boolean> {
+  const { items } = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, {
+    labelSelector: `${ClusterLabel.ClusterName}=${cluster},!${AddonNameLabel}`,
+    fieldSelector: `spec.signerName=${KubeAPIServerClientSignerName}`,
+  });
+  return items.some((csr) => users.includes(csr.spec.username ?? ""));
+}
+
+async function autoAccept(hub: KubeClient, c: ManagedCluster, now: Date): Promise<ManagedCluster> {
+  const patch = {
+    metadata: { resourceVersion: c.metadata.resourceVersion, annotations: { [ClusterAnnotation.AutomaticallyAcceptedOn]: rfc3339(now) } },
+    ...(c.spec?.hubAcceptsClient ? {} : { spec: { hubAcceptsClient: true } }),
+  };
+  return hub.patch<ManagedCluster>(ManagedClusterResource, c.metadata.name, patch);
+}
+
+async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster): Promise<Outcome> {
+  const name = cluster.metadata.name;
+  // OCM collects the apply errors into the condition instead of stopping at the first.
+  const errors: unknown[] = [];
+  const attempt = async (step: () => Promise<unknown>) => {
+    try {
+      await step();
+    } catch (err) {
+      errors.push(err);
+    }
+  };
+  await attempt(() => createOrUpdate(hub, NamespaceResource, clusterNamespace(name), []));
+  const finalized = await addFinalizer(hub, ManagedClusterResource, cluster, ClusterFinalizer.ApiResourceCleanup);
+  for (const step of acceptedRbacSteps(hub, name)) await attempt(step);
+  await attempt(() => createLeaseIfMissing(hub, name, io.clock.now()));
+
+  const condition = errors.length === 0 ? acceptedCondition : acceptErrorCondition(errors);
+  await writeAccepted(hub, finalized, condition, io.clock.now());
+  if (errors.length > 0) {
+    io.log.warn({ cluster: name, errors: errors.map(messageOf) }, "accepted with errors");
+    throw errors[0]; // its class decides whether the source retries
+  }
+  io.log.info({ cluster: name }, "accepted");
+  return done;
+}
+
+async function deny(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster): Promise<Outcome> {
+  const name = cluster.metadata.name;
+  await createOrUpdate(hub, ClusterRoleResource, clusterRole(name, false), ["rules"]);
+  await createOrUpdate(hub, ClusterRoleBindingResource, clusterRoleBinding(name), ["subjects"]);
+  const outcome = await removeRoleBindings(io, hub, name);
+  // As OCM: the condition waits until the work agent has cleaned up the cluster's ManifestWorks.
+  if ("recheckInMs" in outcome) return outcome;
+  await writeAccepted(hub, cluster, deniedCondition, io.clock.now());
+  io.log.info({ cluster: name }, "denied: agent RBAC narrowed to reading its cluster");
+  return done;
+}
+
+async function writeAccepted(hub: KubeClient, cluster: ManagedCluster, condition: NewCondition, now: Date): Promise<void> {
+  const conditions = setCondition(cluster.status?.conditions, condition, now);
+  await patchStatusIfChanged(hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
+}
+
+const acceptedCondition: NewCondition = {
+  type: ManagedClusterConditionType.HubAccepted,
+  status: "True",
+  reason: ManagedClusterReason.HubClusterAdminAccepted,
+  message: "Accepted by hub cluster admin",
+};
+const deniedCondition: NewCondition = {
+  type: ManagedClusterConditionType.HubAccepted,
+  status: "False",
+  reason: ManagedClusterReason.HubClusterAdminDenied,
+  message: "Denied by hub cluster admin",
+};
+// OCM's multi-line aggregate: one message per line.
+export const acceptErrorCondition = (errors: readonly unknown[]): NewCondition => ({
+  type: ManagedClusterConditionType.HubAccepted,
+  status: "False",
+  reason: ManagedClusterReason.Error,
+  message: errors.map(messageOf).join("\n"),
+});
+const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+// Cluster gone or deleting: its ClusterRole, ClusterRoleBinding and both RoleBindings go.
+async function removeClusterRbac(io: Io<Config>, hub: KubeClient, cluster: string): Promise<Outcome> {
+  await hub.delete(ClusterRoleBindingResource, HubRbacName.cluster(cluster));
+  await hub.delete(ClusterRoleResource, HubRbacName.cluster(cluster));
+  return removeRoleBindings(io, hub, cluster);
+}
+
+// The work RoleBinding keeps its finalizer until namespace <cluster> holds no ManifestWork, so the
+// work agent can still remove what it applied.
+async function removeRoleBindings(io: Io<Config>, hub: KubeClient, cluster: string): Promise<Outcome> {
+  await hub.delete(RoleBindingResource, HubRbacName.registrationRoleBinding(cluster), cluster);
+  await hub.delete(RoleBindingResource, HubRbacName.workRoleBinding(cluster), cluster);
+  const works = await hub.list(ManifestWorkResource, { namespace: cluster });
+  if (works.items.length > 0) {
+    io.log.info({ cluster, works: works.items.length }, "work RoleBinding kept: ManifestWorks remain");
+    return { recheckInMs: WORKS_REMAIN_RECHECK_MS };
+  }
+  const workBinding = await hub.get(RoleBindingResource, HubRbacName.workRoleBinding(cluster), cluster);
+  if (workBinding) await removeFinalizer(hub, RoleBindingResource, workBinding, WorkFinalizer.ManifestWorkCleanup);
+  return done;
+}
+
+// Ordered so that every role exists before its binding: the API server's bind check resolves the role
+// to confirm the writer holds all its permissions.
+function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unknown>)[] {
+  return [
+    () => createOrUpdate(hub, ClusterRoleResource, clusterRole(cluster, true), ["rules"]),
+    () => createOrUpdate(hub, ClusterRoleBindingResource, clusterRoleBinding(cluster), ["subjects"]),
+    () => createOrUpdate(hub, ClusterRoleResource, registrationClusterRole, ["rules"]),
+    () => createOrUpdate(hub, ClusterRoleResource, workClusterRole, ["rules"]),
+    () => createOrUpdate(hub, RoleBindingResource, roleBinding(cluster, "registration"), ["subjects"]),
+    async () => {
+      const binding = await createOrUpdate(hub, RoleBindingResource, roleBinding(cluster, "work"), ["subjects"]);
+      await addFinalizer(hub, RoleBindingResource, binding, WorkFinalizer.ManifestWorkCleanup);
+    },
+  ];
+}
+
+async function createLeaseIfMissing(hub: KubeClient, cluster: string, now: Date): Promise<void> {
+  if (await hub.get(LeaseResource, ManagedClusterLeaseName, cluster)) return;
+  await hub.create(LeaseResource, {
+    metadata: { name: ManagedClusterLeaseName, namespace: cluster, labels: { [ClusterLabel.ClusterName]: cluster } },
+    spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(now) },
+  });
+}
+
+type PolicyRule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
+type ClusterRole = KubeObject & { metadata: { labels?: Record<string, string> }; rules?: PolicyRule[] };
+type Subject = { kind: "Group"; apiGroup: string; name: string };
+
+const RbacGroup = "rbac.authorization.k8s.io";
+const clusterLabels = (cluster: string) => ({ [ClusterLabel.ClusterName]: cluster });
+const agentSubjects = (cluster: string): Subject[] => [clusterGroup(cluster), clusterBindingGroup(cluster)].map((name) => ({ kind: "Group", apiGroup: RbacGroup, name }));
+
+export const clusterNamespace = (cluster: string): KubeObject => ({ metadata: { name: cluster, labels: clusterLabels(cluster) } });
+
+// The per-cluster role: everything the agent does on its own cluster once accepted; after a deny only
+// reading its ManagedCluster, so it can see the verdict.
+export function clusterRole(cluster: string, accepted: boolean): ClusterRole {
+  const own = { apiGroups: [ManagedClusterResource.group], resources: [ManagedClusterResource.plural], resourceNames: [cluster] };
+  const rules: PolicyRule[] = accepted
+    ? [
+        { apiGroups: [CertificateSigningRequestResource.group], resources: [CertificateSigningRequestResource.plural], verbs: ["create", "get", "list", "watch"] },
+        { apiGroups: [RegisterGroup], resources: [`${RegisterResource.ManagedClusters}/${RegisterSubresource.ClientCertificates}`], verbs: [RegisterVerb.Renew] },
+        { ...own, verbs: ["get", "list", "update", "watch"] },
+        { ...own, resources: [`${ManagedClusterResource.plural}/status`], verbs: ["patch", "update"] },
+      ]
+    : [{ ...own, verbs: ["get", "list", "watch"] }];
+  return { metadata: { name: HubRbacName.cluster(cluster), labels: clusterLabels(cluster) }, rules };
+}
+
+export const clusterRoleBinding = (cluster: string): KubeObject => ({
+  metadata: { name: HubRbacName.cluster(cluster), labels: clusterLabels(cluster) },
+  roleRef: { apiGroup: RbacGroup, kind: ClusterRoleResource.kind, name: HubRbacName.cluster(cluster) },
+  subjects: agentSubjects(cluster),
+});
+
+export function roleBinding(cluster: string, agent: "registration" | "work"): KubeObject {
+  const registration = agent === "registration";
+  return {
+    metadata: {
+      name: registration ? HubRbacName.registrationRoleBinding(cluster) : HubRbacName.workRoleBinding(cluster),
+      namespace: cluster,
+      labels: clusterLabels(cluster),
+      ...(registration ? {} : { finalizers: [WorkFinalizer.ManifestWorkCleanup] }),
+    },
+    roleRef: { apiGroup: RbacGroup, kind: ClusterRoleResource.kind, name: registration ? HubRbacName.RegistrationClusterRole : HubRbacName.WorkClusterRole },
+    subjects: agentSubjects(cluster),
+  };
+}
+
+// Shared by every cluster; labelled with an empty cluster name as OCM labels them.
+export const registrationClusterRole: ClusterRole = {
+  metadata: { name: HubRbacName.RegistrationClusterRole, labels: { [ClusterLabel.ClusterName]: "" } },
+  rules: [
+    // not restricted to managed-cluster-lease: OCM keeps it open for old Kubernetes versions
+    { apiGroups: [LeaseResource.group], resources: [LeaseResource.plural], verbs: ["get", "list", "watch", "update"] },
+    { apiGroups: [AddOnGroup], resources: ["managedclusteraddons"], verbs: ["get", "list", "watch"] },
+    { apiGroups: [AddOnGroup], resources: ["managedclusteraddons/status"], verbs: ["patch", "update"] },
+    { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
+  ],
+};
+
+export const workClusterRole: ClusterRole = {
+  metadata: { name: HubRbacName.WorkClusterRole, labels: { [ClusterLabel.ClusterName]: "" } },
+  rules: [
+    { apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "patch", "update"] },
+    { apiGroups: [WorkGroup], resources: [ManifestWorkResource.plural], verbs: ["get", "list", "watch", "update", "patch"] },
+    { apiGroups: [WorkGroup], resources: [`${ManifestWorkResource.plural}/status`], verbs: ["patch", "update"] },
+  ],
+};

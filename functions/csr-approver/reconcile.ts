@@ -1,0 +1,184 @@
+// Approves OCM cluster agents' CSRs on the hub (ocm-protocol §3.2): a renewal once the agent may renew
+// (granted at acceptance), a bootstrap request from a configured auto-approval user. The root kind is
+// CertificateSigningRequest; kube-controller-manager signs what this approves.
+import { z } from "zod";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { FunctionEvent } from "../../shared/events.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+import { resourcePath } from "../../shared/kube/client.ts";
+import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, SubjectAccessReviewResource } from "../../shared/api/kube.ts";
+import { CsrConditionType, KeyUsage, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
+import { ClusterLabel } from "../../shared/api/cluster.ts";
+import { CsrApproval, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
+import { CsrUsages, ManagedClustersGroup, SubjectPrefix, clusterGroup } from "../../shared/api/registration.ts";
+import { parseCertificateRequest } from "../../shared/pki.ts";
+import { rfc3339 } from "../../shared/clock.ts";
+
+const commaList = z
+  .string()
+  .optional()
+  .transform((s) => (s ?? "").split(",").map((u) => u.trim()).filter(Boolean));
+
+export const ConfigSchema = z.object({
+  // the cluster this function approves on; events from any other cluster are not ours
+  hubCluster: z.string().min(1),
+  // OCM's --cluster-auto-approval-users; empty means the ManagedClusterAutoApproval gate is off
+  autoApprovalUsers: z.array(z.string().min(1)),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({
+    hubCluster: env.OCM_CLUSTER_NAME || "hub",
+    autoApprovalUsers: commaList.parse(env.OCM_CLUSTER_AUTO_APPROVAL_USERS),
+  });
+}
+
+export const spec: FunctionSpec<Config> = {
+  name: "csr-approver",
+  keys: keysOf,
+  reconcile,
+};
+
+async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const hub = io.config.hubCluster;
+  if (event.type === "tick") {
+    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
+    return pendingAgentCsrs(io.cluster(hub), hub);
+  }
+  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+  if (event.ref.kind !== CertificateSigningRequestResource.kind) return { skip: `not a CertificateSigningRequest: ${event.ref.kind}` };
+  // The signer of a CSR is immutable, so the payload's may be trusted for this one filter.
+  const signer = (event.object as CertificateSigningRequest | undefined)?.spec?.signerName;
+  if (signer !== undefined && signer !== KubeAPIServerClientSignerName) return { skip: `signer ${signer}` };
+  return [{ cluster: event.cluster, name: event.ref.name }];
+}
+
+// The resync: every cluster-agent CSR that is still waiting for a decision.
+async function pendingAgentCsrs(client: KubeClient, cluster: string): Promise<Key[]> {
+  const { items } = await client.list<CertificateSigningRequest>(CertificateSigningRequestResource, {
+    labelSelector: ClusterLabel.ClusterName,
+    fieldSelector: `spec.signerName=${KubeAPIServerClientSignerName}`,
+  });
+  return items.filter((csr) => !isTerminal(csr)).map((csr) => ({ cluster, name: csr.metadata.name }));
+}
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  const csr = await hub.get<CertificateSigningRequest>(CertificateSigningRequestResource, key.name);
+  if (!csr) {
+    io.log.info({ csr: key.name }, "skipped: CSR is gone");
+    return done;
+  }
+  const decision = await decide(csr, io.config, (c) => mayRenew(hub, c));
+  if ("skip" in decision) {
+    io.log.info({ csr: key.name, reason: decision.skip }, "skipped");
+    return done;
+  }
+  await approveCsr(hub, csr, io.clock.now());
+  io.log.info({ csr: key.name, cluster: decision.cluster, as: decision.approve }, "approved");
+  return done;
+}
+
+export type Decision = { approve: "renewal" | "bootstrap"; cluster: string } | { skip: string };
+
+// OCM's order: the renewal check first; a recognised request that is not a renewal may still be a
+// bootstrap request. A renewal the hub does not authorise stops there (it is not retried as bootstrap).
+export async function decide(csr: CertificateSigningRequest, config: Config, renewAllowed: (csr: CertificateSigningRequest) => Promise<boolean>): Promise<Decision> {
+  if (isTerminal(csr)) return { skip: "already approved or denied" };
+  const request = await readRequest(csr.spec.request);
+  const recognised = recogniseAgentCsr(csr, request);
+  if ("reason" in recognised) return { skip: `not a cluster agent CSR: ${recognised.reason}` };
+  const { cluster, commonName } = recognised;
+  if (csr.spec.username === commonName) {
+    return (await renewAllowed(csr)) ? { approve: "renewal", cluster } : { skip: `renewal by ${commonName} not authorised (cluster not accepted)` };
+  }
+  if (config.autoApprovalUsers.includes(csr.spec.username ?? "")) return { approve: "bootstrap", cluster };
+  return { skip: `requested by ${csr.spec.username ?? "nobody"}: neither the agent itself nor an auto-approval user` };
+}
+
+export function isTerminal(csr: CertificateSigningRequest): boolean {
+  return (csr.status?.conditions ?? []).some((c) => c.type === CsrConditionType.Approved || c.type === CsrConditionType.Denied);
+}
+
+export type RequestInfo = { blockType: string; commonName: string; organizations: string[]; signatureValid: boolean } | { unreadable: string };
+
+// spec.request is base64 of PEM; like Go's pem.Decode, only the first block counts.
+export async function readRequest(base64Pem: string): Promise<RequestInfo> {
+  const text = Buffer.from(base64Pem, "base64").toString("utf8");
+  const block = /-----BEGIN ([^-\r\n]+)-----\r?\n[\s\S]*?-----END \1-----/.exec(text);
+  if (!block) return { unreadable: "no PEM block" };
+  if (block[1] !== "CERTIFICATE REQUEST") return { blockType: block[1]!, commonName: "", organizations: [], signatureValid: false };
+  try {
+    const parsed = await parseCertificateRequest(block[0]);
+    return { blockType: block[1], commonName: parsed.commonName, organizations: parsed.organizations, signatureValid: parsed.signatureValid };
+  } catch (err) {
+    return { unreadable: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+const agentUsages: ReadonlySet<string> = new Set(CsrUsages);
+
+// "Recognised" as OCM's validateCSR has it, plus two checks OCM leaves to the signer: the usages of a
+// client certificate, and a valid self-signature (kube-controller-manager refuses to sign without one).
+export function recogniseAgentCsr(csr: CertificateSigningRequest, request: RequestInfo): { cluster: string; agent: string; commonName: string } | { reason: string } {
+  const cluster = csr.metadata.labels?.[ClusterLabel.ClusterName];
+  if (!cluster) return { reason: `no ${ClusterLabel.ClusterName} label` };
+  if (csr.spec.signerName !== KubeAPIServerClientSignerName) return { reason: `signer ${csr.spec.signerName}` };
+  const usages = csr.spec.usages ?? [];
+  if (!usages.includes(KeyUsage.ClientAuth) || usages.some((u) => !agentUsages.has(u))) return { reason: `usages ${usages.join(", ")}` };
+  if ("unreadable" in request) return { reason: `unreadable request: ${request.unreadable}` };
+  if (request.blockType !== "CERTIFICATE REQUEST") return { reason: `PEM block ${request.blockType}` };
+  if (!request.signatureValid) return { reason: "request signature does not verify" };
+
+  // Organizations: exactly the cluster's group, plus optionally the all-clusters group.
+  const orgs = new Set(request.organizations);
+  orgs.delete(ManagedClustersGroup);
+  if (orgs.size !== 1 || !orgs.has(clusterGroup(cluster))) return { reason: `organizations ${request.organizations.join(", ")} do not name cluster ${cluster}` };
+
+  // CN: system:open-cluster-management:<cluster>:<agent>, both parts non-empty, cluster as labelled.
+  const { commonName } = request;
+  if (!commonName.startsWith(SubjectPrefix)) return { reason: `common name ${commonName}` };
+  const parts = commonName.slice(SubjectPrefix.length).split(":");
+  if (parts.length !== 2 || !parts[0] || !parts[1]) return { reason: `common name ${commonName}` };
+  if (parts[0] !== cluster) return { reason: `common name ${commonName} names another cluster than ${cluster}` };
+  return { cluster, agent: parts[1], commonName };
+}
+
+type SubjectAccessReview = { status?: { allowed?: boolean } };
+
+// May the requester renew its cluster certificate? Granted by the cluster ClusterRole once accepted.
+async function mayRenew(hub: KubeClient, csr: CertificateSigningRequest): Promise<boolean> {
+  const cluster = csr.metadata.labels![ClusterLabel.ClusterName]!;
+  const review = await hub.request<SubjectAccessReview>("POST", resourcePath(SubjectAccessReviewResource), {
+    apiVersion: `${SubjectAccessReviewResource.group}/${SubjectAccessReviewResource.version}`,
+    kind: SubjectAccessReviewResource.kind,
+    spec: {
+      user: csr.spec.username,
+      uid: csr.spec.uid,
+      groups: csr.spec.groups,
+      extra: csr.spec.extra,
+      // OCM leaves the name out; naming the cluster also honours roles restricted by resourceNames.
+      resourceAttributes: {
+        group: RegisterGroup,
+        resource: RegisterResource.ManagedClusters,
+        subresource: RegisterSubresource.ClientCertificates,
+        verb: RegisterVerb.Renew,
+        name: cluster,
+      },
+    },
+  });
+  return review.status?.allowed === true;
+}
+
+// PUT to the approval subresource with the resourceVersion read, so a concurrent decision conflicts.
+async function approveCsr(hub: KubeClient, csr: CertificateSigningRequest, now: Date): Promise<void> {
+  const approved = {
+    type: CsrConditionType.Approved,
+    status: "True",
+    reason: CsrApproval.Reason,
+    message: CsrApproval.ClusterAgentMessage,
+    lastUpdateTime: rfc3339(now),
+  };
+  await hub.update(CertificateSigningRequestResource, { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), approved] } }, "approval");
+}

@@ -1,0 +1,131 @@
+// The real Knative ApiServerSource receive adapter, run standalone against a local hub, drives the
+// cluster-acceptor function over HTTP: the events our parser and reconcile see are Knative's own.
+import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { freePort, startClusters, type LocalClusters, type LocalCluster } from "../shared/control-plane/clusters.ts";
+import { logTail, startProcess, stopProcess, type Managed } from "../shared/control-plane/processes.ts";
+import { KubeClient } from "../shared/kube/client.ts";
+import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { findCondition } from "../shared/conditions.ts";
+import { serve, type Io } from "../shared/harness.ts";
+import { spec, type Config } from "../functions/cluster-acceptor/reconcile.ts";
+import { identityFor, startFunctionServer, testIo } from "./support/functions.ts";
+import { eventually } from "./support/eventually.ts";
+
+const HUB = "hub";
+const ADAPTER = "apiserver_receive_adapter";
+const repoRoot = join(import.meta.dirname, "..");
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+// The adapter is built on request only (scripts/build-tools.sh knative); build it now if it is missing.
+function adapterBinary(): string {
+  const dir = process.env.OCM_FUNCTIONS_BIN ?? execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["--print-dir"]).toString().trim();
+  const binary = join(dir, ADAPTER);
+  if (!existsSync(binary)) execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["knative"], { stdio: ["ignore", "ignore", "inherit"] });
+  if (!existsSync(binary)) throw new Error(`${binary} is missing after scripts/build-tools.sh knative`);
+  return binary;
+}
+
+type Received = { type: string; name: string; cluster: string; source: string };
+
+let local: LocalClusters;
+let hub: LocalCluster;
+let admin: KubeClient;
+let io: Io<Config>;
+let binary: string;
+
+beforeAll(async () => {
+  binary = adapterBinary();
+  local = await startClusters({ names: [HUB], controllers: false });
+  hub = local.get(HUB);
+  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  // The function runs under its own identity; only the adapter uses the admin kubeconfig.
+  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [] });
+  await eventually(() => io.cluster(HUB).list(ManagedClusterResource));
+}, 300_000);
+
+afterAll(async () => {
+  admin?.close();
+  await local?.stop();
+});
+
+// The adapter as Knative's controller would run it, minus the Deployment. Its health probes are
+// hard-coded to :8080 (a second adapter on the machine only loses its probes, which we do not use),
+// so the function listens on a free port instead; pprof gets a free port too.
+async function startAdapter(o: { mode: "Resource" | "Reference"; sink: string }): Promise<Managed> {
+  const runDir = dirname(hub.dir); // the control plane's run directory: its guard reaps this process too
+  const kubeconfig = join(hub.dir, "admin.kubeconfig"); // written by startClusters
+  const sourceConfig = {
+    namespaces: [],
+    // ManagedClusters are cluster-scoped: the adapter watches them once, whatever allNamespaces says
+    // (pkg/adapter/apiserver/adapter.go collectResourceMatches).
+    allNamespaces: false,
+    resources: [{ gvr: { Group: ManagedClusterResource.group, Version: ManagedClusterResource.version, Resource: ManagedClusterResource.plural } }],
+    mode: o.mode,
+  };
+  const env = {
+    K_SINK: o.sink,
+    K_SOURCE_CONFIG: JSON.stringify(sourceConfig),
+    K_CE_OVERRIDES: JSON.stringify({ extensions: { cluster: HUB } }),
+    NAME: `acceptor-${o.mode.toLowerCase()}`,
+    NAMESPACE: "default",
+    SYSTEM_NAMESPACE: "knative-eventing",
+    PROFILING_PORT: String(await freePort()),
+  };
+  // startProcess has no env option: env(1) sets it and execs the adapter under the same pid.
+  const args = [...Object.entries(env).map(([k, v]) => `${k}=${v}`), binary, `--kubeconfig=${kubeconfig}`, "--disable-ha"];
+  return startProcess(runDir, `${ADAPTER}-${o.mode.toLowerCase()}`, "/usr/bin/env", args);
+}
+
+// The function server, noting what arrives before the function handles it.
+async function startRecordingFunction(received: Received[]) {
+  const handle = serve(spec, () => io);
+  return startFunctionServer(async (context, event) => {
+    const e = event as Record<string, unknown>;
+    received.push({ type: String(e.type), name: String(e.name), cluster: String(e.cluster), source: String(e.source) });
+    return handle(context, event);
+  });
+}
+
+const accepted = (mc: ManagedCluster | undefined) => findCondition(mc?.status?.conditions, ManagedClusterConditionType.HubAccepted);
+
+describe("Knative's ApiServerSource adapter driving the cluster-acceptor", () => {
+  it.each([{ mode: "Resource" as const }, { mode: "Reference" as const }])(
+    "accepts a cluster created with hubAcceptsClient=true from the adapter's $mode-mode events alone",
+    async ({ mode }) => {
+      const received: Received[] = [];
+      const server = await startRecordingFunction(received);
+      const adapter = await startAdapter({ mode, sink: server.url });
+      const eventType = `dev.knative.apiserver.${mode === "Resource" ? "resource" : "ref"}`;
+      try {
+        // The adapter sends nothing for what its first LIST returns: touch a canary until its
+        // event arrives, so the watch is known to be open before the cluster under test exists.
+        const canary = `canary-${suffix()}`;
+        await admin.create(ManagedClusterResource, { metadata: { name: canary }, spec: { hubAcceptsClient: false } });
+        await eventually(
+          async () => {
+            if (adapter.child.exitCode !== null) throw new Error(`adapter exited with ${adapter.child.exitCode}:\n${logTail(adapter)}`);
+            await admin.patch(ManagedClusterResource, canary, { metadata: { labels: { touched: String(Date.now()) } } });
+            expect(received.some((e) => e.name === canary)).toBe(true);
+          },
+          { timeoutMs: 30_000, intervalMs: 200 },
+        );
+
+        const name = `c${suffix()}`;
+        await admin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true } });
+        const mc = await eventually(async () => {
+          const got = await admin.get<ManagedCluster>(ManagedClusterResource, name);
+          expect(accepted(got)?.status, `adapter log:\n${logTail(adapter)}`).toBe("True");
+          return got!;
+        }, { timeoutMs: 20_000 });
+        expect(accepted(mc)?.reason).toBe("HubClusterAdminAccepted");
+        expect(received).toContainEqual({ type: `${eventType}.add`, name, cluster: HUB, source: hub.url });
+      } finally {
+        await stopProcess(adapter);
+        await server.close();
+      }
+    },
+  );
+});
