@@ -4,8 +4,8 @@
 # Each binary is built once per version; a second run only checks that it is there.
 #
 #   scripts/build-tools.sh            # control plane: etcd, kube-apiserver, kube-controller-manager
-#   scripts/build-tools.sh knative    # also the ApiServerSource receive adapter
-#   scripts/build-tools.sh --print-dir  # where the binaries go
+#   scripts/build-tools.sh knative    # also the ApiServerSource receive adapter; prints its path last
+#   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cache=${OCM_FUNCTIONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ocm-functions}
@@ -47,7 +47,9 @@ done
 build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
 build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
 
-if [ "${1:-}" = "knative" ]; then
-  build knative apiserver_receive_adapter knative.dev/eventing/cmd/apiserver_receive_adapter "-s -w"
-fi
 echo "$bin"
+if [ "${1:-}" = "knative" ]; then
+  # Versioned by name, so a bump in tools/knative/go.mod builds anew.
+  build knative "apiserver_receive_adapter-$knative_version" knative.dev/eventing/cmd/apiserver_receive_adapter "-s -w"
+  echo "$bin/apiserver_receive_adapter-$knative_version"
+fi

@@ -31,9 +31,14 @@ if ! cmp -s "$root/package-lock.json" "$stamp" 2>/dev/null; then
 fi
 
 # etcd, kube-apiserver, kube-controller-manager (KUBEBUILDER_ASSETS, when set, wins, as in envtest).
+# The tests also drive functions from Knative's own ApiServerSource adapter, built the same way.
 if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
-  OCM_FUNCTIONS_BIN=$("$root/scripts/build-tools.sh" ${OCM_FUNCTIONS_TOOLS:-})
+  OCM_FUNCTIONS_BIN=$("$root/scripts/build-tools.sh" | tail -n 1)
   export OCM_FUNCTIONS_BIN
+fi
+if [ "${1:-}" = test ]; then
+  OCM_FUNCTIONS_APISERVERSOURCE=$("$root/scripts/build-tools.sh" knative | tail -n 1)
+  export OCM_FUNCTIONS_APISERVERSOURCE
 fi
 
 cd "$root"

@@ -19,11 +19,12 @@ const ADAPTER = "apiserver_receive_adapter";
 const repoRoot = join(import.meta.dirname, "..");
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-// The adapter is built on request only (scripts/build-tools.sh knative); build it now if it is missing.
+// scripts/run.sh builds the adapter before the tests and names it in OCM_FUNCTIONS_APISERVERSOURCE;
+// run on its own, this file asks the build script (which builds it once, then answers at once).
 function adapterBinary(): string {
-  const dir = process.env.OCM_FUNCTIONS_BIN ?? execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["--print-dir"]).toString().trim();
-  const binary = join(dir, ADAPTER);
-  if (!existsSync(binary)) execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["knative"], { stdio: ["ignore", "ignore", "inherit"] });
+  const binary =
+    process.env.OCM_FUNCTIONS_APISERVERSOURCE ??
+    execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["knative"], { stdio: ["ignore", "pipe", "inherit"] }).toString().trim().split("\n").pop()!;
   if (!existsSync(binary)) throw new Error(`${binary} is missing after scripts/build-tools.sh knative`);
   return binary;
 }
@@ -74,9 +75,7 @@ async function startAdapter(o: { mode: "Resource" | "Reference"; sink: string })
     SYSTEM_NAMESPACE: "knative-eventing",
     PROFILING_PORT: String(await freePort()),
   };
-  // startProcess has no env option: env(1) sets it and execs the adapter under the same pid.
-  const args = [...Object.entries(env).map(([k, v]) => `${k}=${v}`), binary, `--kubeconfig=${kubeconfig}`, "--disable-ha"];
-  return startProcess(runDir, `${ADAPTER}-${o.mode.toLowerCase()}`, "/usr/bin/env", args);
+  return startProcess(runDir, `${ADAPTER}-${o.mode.toLowerCase()}`, binary, [`--kubeconfig=${kubeconfig}`, "--disable-ha"], env);
 }
 
 // The function server, noting what arrives before the function handles it.

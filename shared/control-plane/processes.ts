@@ -32,12 +32,12 @@ export function startGuard(runDir: string): void {
   spawn("sh", ["-c", GUARD, "guard", String(process.pid), runDir], { detached: true, stdio: "ignore" }).unref();
 }
 
-export function startProcess(runDir: string, name: string, binary: string, args: string[]): Managed {
+export function startProcess(runDir: string, name: string, binary: string, args: string[], env?: Readonly<Record<string, string>>): Managed {
   installExitHook();
   const logFile = join(runDir, `${name}.log`);
   const fd = openSync(logFile, "a");
   // detached: its own process group, so a Ctrl-C in the terminal reaches us, and we stop it in order.
-  const child = spawn(binary, args, { stdio: ["ignore", fd, fd], detached: true });
+  const child = spawn(binary, args, { stdio: ["ignore", fd, fd], detached: true, env: env ? { ...process.env, ...env } : process.env });
   closeSync(fd);
   const pidFile = join(runDir, "pids", name);
   if (child.pid) writeFileSync(pidFile, String(child.pid));
