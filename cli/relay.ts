@@ -4,13 +4,13 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { jsonLog } from "../shared/harness.ts";
 import { configFromEnvironment } from "../shared/relay/config.ts";
-import { startRelay } from "../shared/relay/relay.ts";
+import { startRelay, type Relay } from "../shared/relay/relay.ts";
 
 const log = jsonLog("relay");
 const { values } = parseArgs({ options: { config: { type: "string" } } });
 const file = values.config ?? process.env.OCM_RELAY_CONFIG_FILE;
 
-let relay;
+let relay: Relay;
 try {
   relay = startRelay({ ...configFromEnvironment(file ? readFileSync(file, "utf8") : process.env.OCM_RELAY_CONFIG, process.env), log });
 } catch (err) {

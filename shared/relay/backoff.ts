@@ -1,0 +1,34 @@
+// Waiting in the relay: exponential backoff with jitter, and delays that end early when a signal aborts,
+// so stop() never waits out a retry.
+import type { BackoffConfig } from "./config.ts";
+
+export type Backoff = { next(): number; reset(): void };
+
+// Doubles from initialMs up to maxMs; ±20 % jitter keeps many sources from reconnecting in step.
+export function exponentialBackoff(c: BackoffConfig, random: () => number = Math.random): Backoff {
+  let attempt = 0;
+  return {
+    next() {
+      const base = Math.min(c.maxMs, c.initialMs * 2 ** attempt);
+      attempt = Math.min(attempt + 1, 30);
+      return Math.round(base * (0.8 + 0.4 * random()));
+    },
+    reset() {
+      attempt = 0;
+    },
+  };
+}
+
+// Resolves after ms, or at once when signal aborts; never rejects.
+export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

@@ -1,0 +1,83 @@
+// The CloudEvents the relay emits, shaped as Knative's ApiServerSource and PingSource shape theirs
+// (spec §1.1, §2.1), plus our `cluster` extension and the K_CE_OVERRIDES extensions.
+import { randomUUID } from "node:crypto";
+import { CloudEvent } from "cloudevents";
+import type { ApiResource } from "../api/meta.ts";
+import type { KubeObject } from "../kube/client.ts";
+import type { Clock } from "../clock.ts";
+import { ApiServerSourceType, PingSourceType } from "../events.ts";
+
+export type Verb = "add" | "update" | "delete";
+export type Mode = "Resource" | "Reference";
+export type Overrides = Readonly<Record<string, string>>;
+
+const TYPES = {
+  Resource: { add: ApiServerSourceType.ResourceAdd, update: ApiServerSourceType.ResourceUpdate, delete: ApiServerSourceType.ResourceDelete },
+  Reference: { add: ApiServerSourceType.RefAdd, update: ApiServerSourceType.RefUpdate, delete: ApiServerSourceType.RefDelete },
+} as const;
+
+export const apiVersionOf = (r: Pick<ApiResource, "group" | "version">) => (r.group ? `${r.group}/${r.version}` : r.version);
+
+// apimachinery's UnsafeGuessKindToResource, which the adapter uses for the subject: lower-case kind,
+// "y" → "ies", "s" → "ses", else "+s" (so "Endpoints" stays as is).
+export function guessPlural(kind: string): string {
+  const singular = kind.toLowerCase();
+  if (singular.endsWith("endpoints")) return singular;
+  if (singular.endsWith("s")) return `${singular}es`;
+  if (singular.endsWith("y")) return `${singular.slice(0, -1)}ies`;
+  return `${singular}s`;
+}
+
+// List items of built-in kinds come without apiVersion and kind; the event needs both.
+export function withTypeMeta(r: ApiResource, o: KubeObject): KubeObject {
+  return { ...o, apiVersion: o.apiVersion ?? apiVersionOf(r), kind: o.kind ?? r.kind };
+}
+
+export function objectEvent(o: { verb: Verb; mode: Mode; cluster: string; server: string; resource: ApiResource; object: KubeObject; clock: Clock; overrides: Overrides }): CloudEvent<unknown> {
+  const object = withTypeMeta(o.resource, o.object);
+  const apiVersion = object.apiVersion!;
+  const kind = object.kind!;
+  const name = object.metadata.name ?? "";
+  const namespace = object.metadata.namespace ?? "";
+  // corev1.ObjectReference: namespace is omitempty.
+  const ref = { kind, ...(namespace ? { namespace } : {}), name, apiVersion };
+  return new CloudEvent<unknown>({
+    specversion: "1.0",
+    id: randomUUID(),
+    time: o.clock.now().toISOString(),
+    type: TYPES[o.mode][o.verb],
+    source: o.server,
+    subject: `/apis/${apiVersion}/namespaces/${namespace}/${guessPlural(kind)}/${name}`,
+    datacontenttype: "application/json",
+    data: o.mode === "Resource" ? object : ref,
+    kind,
+    apiversion: apiVersion,
+    name,
+    namespace,
+    cluster: o.cluster,
+    ...o.overrides,
+  });
+}
+
+// A PingSource tick without data, one per cluster, so a function can resync what lives there.
+export function tickEvent(o: { cluster: string; source: string; clock: Clock; overrides: Overrides }): CloudEvent<unknown> {
+  return new CloudEvent<unknown>({
+    specversion: "1.0",
+    id: randomUUID(),
+    time: o.clock.now().toISOString(),
+    type: PingSourceType,
+    source: o.source,
+    cluster: o.cluster,
+    ...o.overrides,
+  });
+}
+
+// Trigger filter semantics: every listed attribute must equal the event's exactly. Gives the reason
+// an event does not pass, or undefined when it does.
+export function mismatch(filter: Readonly<Record<string, string>> | undefined, event: CloudEvent<unknown>): string | undefined {
+  for (const [attribute, want] of Object.entries(filter ?? {})) {
+    const got = (event as unknown as Record<string, unknown>)[attribute];
+    if (got !== want) return `${attribute} is ${got === undefined ? "unset" : JSON.stringify(got)}, not ${JSON.stringify(want)}`;
+  }
+  return undefined;
+}

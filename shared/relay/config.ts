@@ -1,0 +1,156 @@
+// The relay's configuration as one zod schema: which (cluster, resource, selector) to watch, with which
+// credentials, and which HTTP sinks get which events. The CLI reads it from a file; tests pass it inline.
+import { z } from "zod";
+import { parse } from "yaml";
+import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../api/registration.ts";
+
+const name = z.string().min(1);
+const positiveMs = z.number().int().positive();
+// CloudEvents: extension names are lower-case letters and digits only, or the SDK throws.
+const extensionName = z.string().regex(/^[a-z0-9]+$/, { error: "a CloudEvent attribute name is lower-case letters and digits" });
+
+export const ApiResourceSchema = z.object({
+  group: z.string().default(""),
+  version: name,
+  kind: name,
+  plural: name,
+  namespaced: z.boolean(),
+});
+
+export const SecretRefSchema = z.object({
+  cluster: name.describe("the configured cluster the Secret lives on; it must have static credentials"),
+  namespace: name,
+  name,
+  key: name.default(HubSecretKey.Kubeconfig),
+});
+export type SecretRef = z.infer<typeof SecretRefSchema>;
+
+// Where a cluster's kubeconfig comes from. A secret kubeconfig may name client-certificate/client-key
+// (and certificate-authority) as relative file names that are keys of the same secret, as OCM's
+// hub-kubeconfig-secret does; the fallback is used while the first secret is missing or invalid.
+export const CredentialsSchema = z.union([
+  z.strictObject({ kubeconfig: name }),
+  z.strictObject({ kubeconfigFile: name }),
+  z.strictObject({ inCluster: z.literal(true) }),
+  z.strictObject({ secret: SecretRefSchema, fallback: SecretRefSchema.optional() }),
+]);
+export type CredentialsConfig = z.infer<typeof CredentialsSchema>;
+
+export const SourceSchema = z.object({
+  name: name.optional(),
+  cluster: name,
+  resource: ApiResourceSchema,
+  namespace: name.optional(),
+  labelSelector: z.string().optional(),
+  fieldSelector: z.string().optional(),
+  // ApiServerSource's default is Reference.
+  mode: z.enum(["Resource", "Reference"]).default("Reference"),
+});
+export type SourceConfig = z.infer<typeof SourceSchema>;
+
+// Trigger's spec.filter.attributes: exact, case-sensitive, ANDed; no filter means every event.
+export const SinkSchema = z.object({
+  name,
+  url: z.url(),
+  filter: z.record(extensionName, z.string()).optional(),
+});
+export type SinkConfig = z.infer<typeof SinkSchema>;
+
+export const BackoffSchema = z.object({
+  initialMs: positiveMs.default(200),
+  maxMs: positiveMs.default(30_000),
+});
+export type BackoffConfig = z.infer<typeof BackoffSchema>;
+
+export const DeliverySchema = z.object({
+  maxAttempts: z.number().int().positive().default(10),
+  backoff: BackoffSchema.prefault({ initialMs: 100 }),
+  timeoutMs: positiveMs.default(30_000),
+  concurrency: z.number().int().positive().default(16),
+});
+export type DeliveryConfig = z.infer<typeof DeliverySchema>;
+
+export const WatchSchema = z.object({
+  // The server ends each watch after this long and the relay resumes from the last resourceVersion,
+  // which also bounds how long a half-open connection can go unnoticed.
+  timeoutSeconds: z.number().int().positive().default(300),
+  backoff: BackoffSchema.prefault({}),
+});
+export type WatchConfig = z.infer<typeof WatchSchema>;
+
+export const ResyncSchema = z.object({
+  intervalMs: z.number().int().nonnegative().default(300_000), // 0 turns ticks off
+  source: name.default("/apis/v1/namespaces/default/pingsources/ocm-relay-resync"),
+});
+
+export const RelayConfigSchema = z
+  .object({
+    clusters: z.record(name, CredentialsSchema),
+    sources: z.array(SourceSchema).default([]),
+    sinks: z.array(SinkSchema).default([]),
+    // K_CE_OVERRIDES' shape: extensions set on every event the relay sends.
+    ceOverrides: z.object({ extensions: z.record(extensionName, z.string()).default({}) }).prefault({}),
+    resync: ResyncSchema.prefault({}),
+    delivery: DeliverySchema.prefault({}),
+    watch: WatchSchema.prefault({}),
+    record: name.optional().describe("append one JSON line per delivered event to this file"),
+  })
+  .superRefine((cfg, ctx) => {
+    const names = new Set<string>();
+    cfg.sources.forEach((s, i) => {
+      if (!cfg.clusters[s.cluster]) ctx.addIssue({ code: "custom", path: ["sources", i, "cluster"], message: `no credentials configured for cluster ${s.cluster}` });
+      const n = sourceName(s);
+      if (names.has(n)) ctx.addIssue({ code: "custom", path: ["sources", i, "name"], message: `two sources are named ${n}` });
+      names.add(n);
+    });
+    const sinkNames = new Set<string>();
+    cfg.sinks.forEach((s, i) => {
+      if (sinkNames.has(s.name)) ctx.addIssue({ code: "custom", path: ["sinks", i, "name"], message: `two sinks are named ${s.name}` });
+      sinkNames.add(s.name);
+    });
+    for (const [cluster, creds] of Object.entries(cfg.clusters)) {
+      if (!("secret" in creds)) continue;
+      for (const ref of [creds.secret, creds.fallback]) {
+        // One level only: reading a secret with credentials that themselves come from a secret would
+        // let a rotation on one cluster restart readers on another in a cycle.
+        const from = ref && cfg.clusters[ref.cluster];
+        if (ref && (!from || "secret" in from)) {
+          ctx.addIssue({ code: "custom", path: ["clusters", cluster], message: `secret ${ref.namespace}/${ref.name} must live on a cluster with static credentials, not ${ref.cluster}` });
+        }
+      }
+    }
+  });
+export type RelayConfigInput = z.input<typeof RelayConfigSchema>;
+export type RelayConfig = z.output<typeof RelayConfigSchema>;
+
+export function sourceName(s: { name?: string; cluster: string; resource: { plural: string; group?: string }; namespace?: string; labelSelector?: string }): string {
+  if (s.name) return s.name;
+  const group = s.resource.group ? `.${s.resource.group}` : "";
+  return `${s.cluster}/${s.resource.plural}${group}${s.namespace ? `/${s.namespace}` : ""}${s.labelSelector ? `?${s.labelSelector}` : ""}`;
+}
+
+// The spoke agent's credentials for the hub, as OCM keeps them in the agent namespace.
+export function hubCredentialsFromAgentSecrets(spokeCluster: string, agentNamespace: string): CredentialsConfig {
+  return {
+    secret: { cluster: spokeCluster, namespace: agentNamespace, name: HubKubeconfigSecretName, key: HubSecretKey.Kubeconfig },
+    fallback: { cluster: spokeCluster, namespace: agentNamespace, name: BootstrapSecretName, key: HubSecretKey.Kubeconfig },
+  };
+}
+
+// The production configuration: the relay's own file (YAML or JSON), then what a ContainerSource or
+// SinkBinding injects: K_SINK becomes a sink without a filter, K_CE_OVERRIDES adds its extensions.
+export function configFromEnvironment(text: string | undefined, env: NodeJS.ProcessEnv): RelayConfig {
+  const doc = (text ? parse(text) : {}) as Record<string, unknown> & { sinks?: unknown[]; ceOverrides?: { extensions?: Record<string, string> } };
+  const sinks = [...(doc.sinks ?? []), ...(env.K_SINK ? [{ name: "k-sink", url: env.K_SINK }] : [])];
+  let fromEnv: { extensions?: Record<string, string> } = {};
+  try {
+    if (env.K_CE_OVERRIDES) fromEnv = JSON.parse(env.K_CE_OVERRIDES);
+  } catch (err) {
+    throw new Error(`K_CE_OVERRIDES is not JSON: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const extensions = { ...doc.ceOverrides?.extensions, ...fromEnv.extensions };
+  if (env.OCM_RELAY_RECORD) doc.record = env.OCM_RELAY_RECORD;
+  const parsed = RelayConfigSchema.safeParse({ ...doc, sinks, ceOverrides: { extensions } });
+  if (!parsed.success) throw new Error(`invalid relay configuration: ${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}

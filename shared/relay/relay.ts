@@ -1,0 +1,108 @@
+// The relay's wiring: credentials per cluster, one source per watched (cluster, resource, selector),
+// changes turned into CloudEvents and routed to every sink whose filter passes them, resync ticks per
+// cluster, recording, and a stop() that ends watches, retries and timers.
+import { systemClock, type Clock } from "../clock.ts";
+import { jsonLog, type Log } from "../harness.ts";
+import type { KubeObject } from "../kube/client.ts";
+import { RelayConfigSchema, sourceName, type RelayConfigInput } from "./config.ts";
+import { credentialProviders, type CredentialStatus } from "./credentials.ts";
+import { objectEvent, tickEvent, type Verb } from "./cloudevents.ts";
+import { openRecorder } from "./recorder.ts";
+import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
+import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
+
+export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log };
+
+export type RelayStatus = {
+  clusters: Record<string, CredentialStatus>;
+  sources: SourceStatus[];
+  sinks: SinkStatus[];
+};
+
+export type Relay = {
+  // Every source has listed once (never settles for a source whose credentials never come).
+  readonly ready: Promise<void>;
+  status(): RelayStatus;
+  stop(): Promise<void>;
+};
+
+export function startRelay(options: RelayOptions): Relay {
+  const { clock = systemClock, log = jsonLog("relay"), ...input } = options;
+  const config = RelayConfigSchema.parse(input);
+  const overrides = config.ceOverrides.extensions;
+  const recorder = config.record ? openRecorder(config.record, (err) => log.error({ file: config.record, error: err.message }, "recording stopped: cannot write")) : undefined;
+  const providers = credentialProviders(config.clusters, { watch: config.watch, clock, log });
+  const sinks = config.sinks.map((s) => startSink({ config: s, delivery: config.delivery, clock, log, record: recorder?.write }));
+
+  function route(envelope: Envelope): void {
+    for (const sink of sinks) if (sink.mismatch(envelope.event) === undefined) sink.enqueue(envelope);
+  }
+
+  const sources = config.sources.map((s) => {
+    const name = sourceName(s);
+    const credentials = providers.get(s.cluster)!;
+    const build = (verb: Verb, object: KubeObject, server: string) =>
+      objectEvent({ verb, mode: s.mode, cluster: s.cluster, server, resource: s.resource, object, clock, overrides });
+    const source: Source = startSource({
+      name,
+      cluster: s.cluster,
+      resource: s.resource,
+      namespace: s.namespace,
+      labelSelector: s.labelSelector,
+      fieldSelector: s.fieldSelector,
+      credentials,
+      watch: config.watch,
+      log,
+      onChange(change) {
+        const key = objectKey(change.object);
+        route({
+          key: `${name}|${key}`,
+          event: build(change.verb, change.object, change.server),
+          // A recheck sends what the source knows now; an object gone since is sent as deleted again.
+          refresh() {
+            const server = credentials.current()?.client.server ?? change.server;
+            const latest = source.get(key);
+            return latest ? build("update", latest, server) : build("delete", change.object, server);
+          },
+        });
+      },
+    });
+    return source;
+  });
+
+  const tickClusters = [...new Set(config.sources.map((s) => s.cluster))];
+  function tick(): void {
+    for (const cluster of tickClusters) {
+      const build = () => tickEvent({ cluster, source: config.resync.source, clock, overrides });
+      route({ key: `tick|${cluster}`, event: build(), refresh: build });
+    }
+  }
+  const ticker = config.resync.intervalMs > 0 ? setInterval(tick, config.resync.intervalMs) : undefined;
+
+  log.info(
+    { sources: sources.map((s) => s.name), sinks: config.sinks.map((s) => ({ name: s.name, url: s.url, filter: s.filter ?? {} })), resyncMs: config.resync.intervalMs, record: config.record },
+    sinks.length ? "relay started" : "relay started without sinks: events go nowhere",
+  );
+
+  let stopped: Promise<void> | undefined;
+  return {
+    ready: Promise.all(sources.map((s) => s.ready)).then(() => {}),
+    status: () => ({
+      clusters: Object.fromEntries([...providers].map(([name, p]) => [name, p.status()])),
+      sources: sources.map((s) => s.status()),
+      sinks: sinks.map((s) => s.status()),
+    }),
+    stop() {
+      stopped ??= (async () => {
+        clearInterval(ticker);
+        // Sources first, so nothing new is routed to sinks that are stopping.
+        await Promise.all(sources.map((s) => s.stop()));
+        await Promise.all(sinks.map((s) => s.stop()));
+        await Promise.all([...providers.values()].map((p) => p.stop()));
+        await recorder?.close().catch((err: Error) => log.error({ file: config.record, error: err.message }, "recording did not close cleanly"));
+        log.info({}, "relay stopped");
+      })();
+      return stopped;
+    },
+  };
+}

@@ -1,0 +1,232 @@
+// Delivery to one HTTP sink: binary-mode POSTs checked by status (cloudevents' httpTransport would
+// resolve on a 500), one object key at a time but many keys at once, bursts per key coalesced to the
+// latest state, retries with exponential backoff, and re-sends when the function asks to be called again.
+import { HTTP, type CloudEvent } from "cloudevents";
+import type { Clock } from "../clock.ts";
+import type { Log } from "../harness.ts";
+import type { DeliveryConfig, SinkConfig } from "./config.ts";
+import { delay, exponentialBackoff } from "./backoff.ts";
+import { mismatch } from "./cloudevents.ts";
+
+// What shared/harness.ts answers when a reconcile returns { recheckInMs }.
+export const RECHECK_HEADER = "x-recheck-after-ms";
+
+export type Envelope = {
+  key: string; // one object (or one cluster's tick) as one source sees it
+  event: CloudEvent<unknown>;
+  refresh(): CloudEvent<unknown> | undefined; // the latest state, as a new event, for a recheck
+};
+
+export type Outcome = "delivered" | "rejected" | "gave-up";
+export type DeliveryRecord = {
+  time: string;
+  sink: string;
+  status: number | null; // null: no HTTP answer (network error, timeout)
+  outcome: Outcome;
+  attempts: number;
+  event: Record<string, unknown>; // CloudEvent attributes and data
+};
+
+export type SinkStatus = {
+  name: string;
+  url: string;
+  received: number; // events routed here
+  coalesced: number; // replaced by a newer event for the same key before their delivery began
+  superseded: number; // abandoned between retries because a newer event for the key arrived
+  delivered: number;
+  rejected: number;
+  gaveUp: number;
+  retries: number;
+  rechecks: number;
+  pending: number;
+  inFlight: number;
+};
+
+export type Sink = {
+  readonly name: string;
+  mismatch(event: CloudEvent<unknown>): string | undefined;
+  enqueue(envelope: Envelope): void;
+  status(): SinkStatus;
+  stop(): Promise<void>;
+};
+
+export type SinkOptions = { config: SinkConfig; delivery: DeliveryConfig; clock: Clock; log: Log; record?(r: DeliveryRecord): void };
+
+type Attempt = { status: number | null; retryAfterMs?: number; recheckAfterMs?: number; error?: string };
+
+// sdk-go and Knative's dispatchers agree on these; every other 4xx is our event's fault and is dropped.
+const RETRIED_STATUSES = new Set([404, 408, 409, 425, 429]);
+export const isRetried = (status: number | null) => status === null || status >= 500 || RETRIED_STATUSES.has(status);
+
+export function startSink(o: SinkOptions): Sink {
+  const { config, delivery, log } = o;
+  const pending = new Map<string, Envelope>(); // latest event per key, not yet started
+  const workers = new Map<string, Promise<void>>(); // one per key being delivered
+  const rechecks = new Map<string, NodeJS.Timeout>();
+  const stopping = new AbortController();
+  const slots = semaphore(delivery.concurrency);
+  const counts = { received: 0, coalesced: 0, superseded: 0, delivered: 0, rejected: 0, gaveUp: 0, retries: 0, rechecks: 0 };
+  const where = { sink: config.name };
+
+  function enqueue(envelope: Envelope): void {
+    if (stopping.signal.aborted) return;
+    counts.received++;
+    if (pending.has(envelope.key)) counts.coalesced++;
+    pending.set(envelope.key, envelope);
+    if (!workers.has(envelope.key)) startWorker(envelope.key);
+  }
+
+  function startWorker(key: string): void {
+    const worker = drain(key).finally(() => {
+      workers.delete(key);
+      // enqueued between the worker's last look and now (a microtask can run in that gap)
+      if (pending.has(key) && !stopping.signal.aborted) startWorker(key);
+    });
+    workers.set(key, worker);
+  }
+
+  // Sequential per key, so a sink never sees an older state after a newer one for the same object.
+  async function drain(key: string): Promise<void> {
+    for (let envelope = take(key); envelope && !stopping.signal.aborted; envelope = take(key)) {
+      try {
+        await deliver(envelope);
+      } catch (err) {
+        log.error({ ...where, key, error: String(err) }, "bug: delivery threw; the event is dropped");
+      }
+    }
+  }
+
+  function take(key: string): Envelope | undefined {
+    const envelope = pending.get(key);
+    pending.delete(key);
+    return envelope;
+  }
+
+  async function deliver(envelope: Envelope): Promise<void> {
+    const backoff = exponentialBackoff(delivery.backoff);
+    for (let attempts = 1; ; attempts++) {
+      const a = await slots.run(() => post(envelope.event));
+      if (stopping.signal.aborted) return;
+      const base = { ...where, id: envelope.event.id, type: envelope.event.type, key: envelope.key, status: a.status, attempts };
+      if (a.status !== null && a.status >= 200 && a.status < 300) {
+        counts.delivered++;
+        recordOutcome(envelope, a, "delivered", attempts);
+        if (a.recheckAfterMs !== undefined) scheduleRecheck(envelope, a.recheckAfterMs);
+        return;
+      }
+      if (!isRetried(a.status)) {
+        counts.rejected++;
+        recordOutcome(envelope, a, "rejected", attempts);
+        log.warn({ ...base, error: a.error }, "dropped: the sink rejected the event and a retry would not help");
+        return;
+      }
+      if (attempts >= delivery.maxAttempts) {
+        counts.gaveUp++;
+        recordOutcome(envelope, a, "gave-up", attempts);
+        log.error({ ...base, error: a.error }, "dropped: retries exhausted (the resync tick is the safety net)");
+        return;
+      }
+      const retryInMs = Math.min(a.retryAfterMs ?? backoff.next(), delivery.backoff.maxMs);
+      counts.retries++;
+      log.warn({ ...base, error: a.error, retryInMs }, "sink failed: retrying after a backoff");
+      await delay(retryInMs, stopping.signal);
+      if (stopping.signal.aborted) return;
+      // The state this event carries is stale once a newer one waits: send that one instead.
+      if (pending.has(envelope.key)) {
+        counts.superseded++;
+        log.info({ ...base }, "superseded: a newer state of the object is waiting, sending that instead");
+        return;
+      }
+    }
+  }
+
+  async function post(event: CloudEvent<unknown>): Promise<Attempt> {
+    const message = HTTP.binary(event);
+    const headers = { ...(message.headers as Record<string, string>) };
+    // An event without data (a tick) goes without a body and so without a content type: the SDK
+    // still says application/json, and the functions' runtime answers an empty JSON body with 400.
+    if (event.data === undefined) delete headers["content-type"];
+    try {
+      const res = await fetch(config.url, {
+        method: "POST",
+        headers,
+        body: event.data === undefined ? undefined : (message.body as string | undefined),
+        signal: AbortSignal.any([stopping.signal, AbortSignal.timeout(delivery.timeoutMs)]),
+      });
+      const body = await res.text();
+      return {
+        status: res.status,
+        retryAfterMs: retryAfterMs(res.headers.get("retry-after"), o.clock.now()),
+        recheckAfterMs: nonNegativeInt(res.headers.get(RECHECK_HEADER)),
+        error: res.ok ? undefined : body.slice(0, 300),
+      };
+    } catch (err) {
+      return { status: null, error: err instanceof Error ? `${err.message}${err.cause ? `: ${String(err.cause)}` : ""}` : String(err) };
+    }
+  }
+
+  // The function asked to be called again for this key: re-send the latest state then. A later ask
+  // for the same key replaces an earlier one.
+  function scheduleRecheck(envelope: Envelope, afterMs: number): void {
+    clearTimeout(rechecks.get(envelope.key));
+    const timer = setTimeout(() => {
+      rechecks.delete(envelope.key);
+      const event = envelope.refresh();
+      if (!event || stopping.signal.aborted) return;
+      counts.rechecks++;
+      enqueue({ ...envelope, event });
+    }, afterMs);
+    rechecks.set(envelope.key, timer);
+  }
+
+  function recordOutcome(envelope: Envelope, a: Attempt, outcome: Outcome, attempts: number): void {
+    o.record?.({ time: o.clock.now().toISOString(), sink: config.name, status: a.status, outcome, attempts, event: envelope.event.toJSON() as Record<string, unknown> });
+  }
+
+  return {
+    name: config.name,
+    mismatch: (event) => mismatch(config.filter, event),
+    enqueue,
+    status: () => ({ name: config.name, url: config.url, ...counts, pending: pending.size, inFlight: workers.size }),
+    async stop() {
+      stopping.abort();
+      for (const timer of rechecks.values()) clearTimeout(timer);
+      rechecks.clear();
+      pending.clear();
+      await Promise.allSettled([...workers.values()]);
+    },
+  };
+}
+
+function nonNegativeInt(text: string | null): number | undefined {
+  if (text === null || !/^\d+$/.test(text.trim())) return undefined;
+  return Number(text.trim());
+}
+
+// Retry-After is seconds or an HTTP date (RFC 9110 §10.2.3).
+function retryAfterMs(text: string | null, now: Date): number | undefined {
+  if (text === null) return undefined;
+  const seconds = nonNegativeInt(text);
+  if (seconds !== undefined) return seconds * 1000;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now.getTime());
+}
+
+// At most n POSTs in flight per sink; keys beyond that wait their turn.
+function semaphore(n: number): { run<T>(f: () => Promise<T>): Promise<T> } {
+  let free = n;
+  const waiting: (() => void)[] = [];
+  return {
+    async run(f) {
+      if (free > 0) free--;
+      else await new Promise<void>((resolve) => waiting.push(resolve));
+      try {
+        return await f();
+      } finally {
+        const next = waiting.shift();
+        if (next) next();
+        else free++;
+      }
+    },
+  };
+}

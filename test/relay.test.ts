@@ -1,0 +1,700 @@
+// The multi-cluster event relay against real API servers and real HTTP sinks: what it emits and how
+// it is shaped, where it goes, how delivery fails and recovers, how watches resume, and credentials
+// that come from (and rotate in) a Secret on another cluster.
+import { describe, it, expect, beforeAll, afterAll, afterEach } from "vitest";
+import { createServer as createHttpServer } from "node:http";
+import { createServer as createTcpServer, connect, type Server as TcpServer, type Socket } from "node:net";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync, existsSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { HTTP, type CloudEvent } from "cloudevents";
+import { stringify } from "yaml";
+import { startClusters, type LocalCluster, type LocalClusters } from "../shared/control-plane/clusters.ts";
+import { startProcess, stopProcess, type Managed } from "../shared/control-plane/processes.ts";
+import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
+import type { ApiResource } from "../shared/api/meta.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, LeaseResource, NamespaceResource, RoleBindingResource, RoleResource, SecretResource } from "../shared/api/kube.ts";
+import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../shared/api/registration.ts";
+import { parseEvent, PingSourceType, type ParseResult } from "../shared/events.ts";
+import { done, serve, type FunctionSpec, type Log } from "../shared/harness.ts";
+import { hubEndpoint, hubKubeconfig } from "../shared/hub-credentials.ts";
+import { issueCertificate } from "../shared/pki.ts";
+import { configFromEnvironment, hubCredentialsFromAgentSecrets, type SecretRef } from "../shared/relay/config.ts";
+import { resolveSecretKubeconfig } from "../shared/relay/credentials.ts";
+import { startRelay, type Relay, type RelayOptions } from "../shared/relay/relay.ts";
+import { startFunctionServer, testIo } from "./support/functions.ts";
+import { eventually } from "./support/eventually.ts";
+
+const suffix = () => Math.random().toString(36).slice(2, 8);
+const b64 = (text: string) => Buffer.from(text).toString("base64");
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+let local: LocalClusters;
+let hub: LocalCluster;
+let spoke: LocalCluster;
+const admins = new Map<string, KubeClient>();
+const admin = (c: LocalCluster) => admins.get(c.name)!;
+
+beforeAll(async () => {
+  // No CRDs or controllers: the relay watches built-in kinds, and nothing here needs a controller.
+  local = await startClusters({ names: ["hub", "spoke"], crds: false, controllers: false });
+  hub = local.get("hub");
+  spoke = local.get("spoke");
+  for (const c of local.clusters) admins.set(c.name, KubeClient.fromKubeconfig(c.adminKubeconfig));
+});
+afterAll(async () => {
+  for (const a of admins.values()) a.close();
+  for (const m of restarted) await stopProcess(m); // local.stop() knows only the processes it started
+  await local?.stop();
+});
+
+// Stops a cluster's kube-apiserver and starts it again with the same flags, port and etcd prefix.
+const restarted: Managed[] = [];
+async function restartApiserver(c: LocalCluster): Promise<void> {
+  const old = c.apiserver!;
+  await stopProcess(old);
+  c.apiserver = startProcess(dirname(c.dir), `${c.name}-apiserver-${suffix()}`, old.child.spawnfile, old.child.spawnargs.slice(1));
+  restarted.push(c.apiserver);
+  await eventually(() => admin(c).list(NamespaceResource), { timeoutMs: 60_000 });
+}
+
+// Every relay and sink a test starts is stopped after it, whatever happened.
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  await Promise.all(cleanups.splice(0).map((f) => f()));
+});
+
+function tempDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+// JSON log lines in memory (and on stderr with DEBUG_FUNCTIONS), so tests can read the decisions.
+type LogLine = { level: string; msg: string; [k: string]: unknown };
+function memoryLog(): Log & { lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  const write = (level: string) => (fields: object, msg: string) => {
+    const line = { level, msg, ...fields };
+    lines.push(line);
+    if (process.env.DEBUG_FUNCTIONS) process.stderr.write(`${JSON.stringify(line)}\n`);
+  };
+  return { lines, info: write("info"), warn: write("warn"), error: write("error") };
+}
+
+// Short backoffs and no ticks unless a test asks: nothing here waits out a production interval.
+function relay(o: RelayOptions): Relay {
+  const r = startRelay({
+    resync: { intervalMs: 0 },
+    watch: { timeoutSeconds: 60, backoff: { initialMs: 20, maxMs: 300 } },
+    delivery: { backoff: { initialMs: 20, maxMs: 200 }, timeoutMs: 5_000 },
+    log: memoryLog(),
+    ...o,
+  });
+  cleanups.push(() => r.stop());
+  return r;
+}
+
+type Received = { headers: Record<string, string>; body: string; event: CloudEvent<unknown>; parsed: ParseResult };
+type Answer = { status: number; delayMs?: number; headers?: Record<string, string> };
+
+// A real HTTP sink that keeps every request; `answer` sees the request and how often its id came.
+async function startSink(answer: (r: Received, nthForId: number) => Answer = () => ({ status: 204 })) {
+  const received: Received[] = [];
+  let open = 0;
+  let maxOpen = 0;
+  const server = createHttpServer(async (req, res) => {
+    open++;
+    maxOpen = Math.max(maxOpen, open);
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const body = Buffer.concat(chunks).toString();
+    const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]));
+    const event = HTTP.toEvent({ headers, body }) as CloudEvent<unknown>;
+    const r = { headers, body, event, parsed: parseEvent(event as unknown as Record<string, unknown>) };
+    received.push(r);
+    const a = answer(r, received.filter((x) => x.headers["ce-id"] === headers["ce-id"]).length);
+    const finish = () => {
+      open--;
+      res.writeHead(a.status, a.headers).end();
+    };
+    if (a.delayMs) setTimeout(finish, a.delayMs);
+    else finish();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  const close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await close();
+  });
+  return { url: `http://127.0.0.1:${port}/`, received, maxOpen: () => maxOpen };
+}
+
+type Sink = Awaited<ReturnType<typeof startSink>>;
+type Seen = { type: string; cluster: string; kind: string; name: string; verb: string };
+
+function objectEvents(sink: Sink): (Seen & { r: Received })[] {
+  return sink.received.flatMap((r) =>
+    r.parsed.ok && r.parsed.event.type === "object"
+      ? [{ type: r.headers["ce-type"]!, cluster: r.parsed.event.cluster, kind: r.parsed.event.ref.kind, name: r.parsed.event.ref.name, verb: r.parsed.event.verb, r }]
+      : [],
+  );
+}
+const about = (sink: Sink, name: string) => objectEvents(sink).filter((e) => e.name === name);
+const verbsOf = (sink: Sink, name: string) => about(sink, name).map((e) => e.verb);
+
+async function namespace(c: LocalCluster, prefix: string): Promise<string> {
+  const name = `${prefix}-${suffix()}`;
+  await admin(c).create(NamespaceResource, { metadata: { name } });
+  return name;
+}
+
+type Rule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
+
+// A minted user holding only these rules (in a namespace, or cluster-wide without one), as envtest's AddUser.
+async function grant(c: LocalCluster, o: { user: string; rules: Rule[]; namespace?: string }): Promise<{ revoke(): Promise<void> }> {
+  const name = `relay-test-${suffix()}`;
+  const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: o.namespace ? "Role" : "ClusterRole", name };
+  const subjects = [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: o.user }];
+  const metadata = { name, ...(o.namespace ? { namespace: o.namespace } : {}) };
+  await admin(c).create(o.namespace ? RoleResource : ClusterRoleResource, { metadata, rules: o.rules });
+  await admin(c).create(o.namespace ? RoleBindingResource : ClusterRoleBindingResource, { metadata, roleRef, subjects });
+  return { revoke: async () => void (await admin(c).delete(o.namespace ? RoleBindingResource : ClusterRoleBindingResource, name, o.namespace)) };
+}
+
+const watchRule = (r: ApiResource): Rule => ({ apiGroups: [r.group], resources: [r.plural], verbs: ["list", "watch"] });
+
+async function watcherKubeconfig(c: LocalCluster, resources: ApiResource[], ns?: string): Promise<string> {
+  const user = `relay-${suffix()}`;
+  await grant(c, { user, namespace: ns, rules: resources.map(watchRule) });
+  return c.kubeconfigFor({ user });
+}
+
+const configMap = (ns: string, name: string, data: Record<string, string> = {}) => ({ metadata: { name, namespace: ns }, data });
+const sourceStatus = (r: Relay) => r.status().sources[0]!;
+
+describe("events and their shape", () => {
+  const scenarios = [
+    { name: "Resource mode, a namespaced ConfigMap", mode: "Resource", resource: ConfigMapResource },
+    { name: "Reference mode, a namespaced ConfigMap", mode: "Reference", resource: ConfigMapResource },
+    { name: "Resource mode, a cluster-scoped ClusterRole chosen by label", mode: "Resource", resource: ClusterRoleResource },
+  ] as const;
+
+  it.each(scenarios)("emits add for what exists, then add, update and delete as ApiServerSource shapes them: $name", async ({ mode, resource }) => {
+    const id = suffix();
+    const ns = resource.namespaced ? await namespace(hub, "shape") : undefined;
+    const labels = { "relay-test": id };
+    const object = (name: string): KubeObject => ({ metadata: { name, labels, ...(ns ? { namespace: ns } : {}) }, ...(resource.namespaced ? { data: { v: "1" } } : { rules: [] }) });
+    const [existing, fresh] = [`existing-${id}`, `fresh-${id}`];
+    await admin(hub).create(resource, object(existing));
+    const unlabelled = object(`unlabelled-${id}`);
+    await admin(hub).create(resource, { ...unlabelled, metadata: { ...unlabelled.metadata, labels: {} } });
+    const sink = await startSink();
+    relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [resource], ns) } },
+      sources: [{ cluster: "hub", resource, namespace: ns, labelSelector: `relay-test=${id}`, mode }],
+      sinks: [{ name: "all", url: sink.url }],
+    });
+
+    await eventually(() => expect(verbsOf(sink, existing)).toEqual(["add"]));
+    await admin(hub).create(resource, object(fresh));
+    await eventually(() => expect(verbsOf(sink, fresh)).toEqual(["add"]));
+    await admin(hub).patch(resource, fresh, { metadata: { annotations: { v: "2" } } }, { namespace: ns });
+    await eventually(() => expect(verbsOf(sink, fresh)).toEqual(["add", "update"]));
+    await admin(hub).delete(resource, fresh, ns);
+    await eventually(() => expect(verbsOf(sink, fresh)).toEqual(["add", "update", "delete"]));
+
+    const apiVersion = resource.group ? `${resource.group}/${resource.version}` : resource.version;
+    const seen = [...about(sink, existing), ...about(sink, fresh)];
+    expect(objectEvents(sink).map((e) => e.name)).not.toContain(`unlabelled-${id}`);
+    for (const { r, name, verb } of seen) {
+      expect(r.headers).toMatchObject({
+        "content-type": expect.stringMatching(/^application\/json/),
+        "ce-specversion": "1.0",
+        "ce-type": `dev.knative.apiserver.${mode === "Resource" ? "resource" : "ref"}.${verb}`,
+        "ce-source": hub.url,
+        "ce-subject": `/apis/${apiVersion}/namespaces/${ns ?? ""}/${resource.plural}/${name}`,
+        "ce-kind": resource.kind,
+        "ce-apiversion": apiVersion,
+        "ce-name": name,
+        "ce-namespace": ns ?? "",
+        "ce-cluster": "hub",
+        "ce-id": expect.stringMatching(UUID),
+      });
+      expect(Number.isNaN(Date.parse(r.headers["ce-time"]!))).toBe(false);
+      expect(r.parsed).toMatchObject({ ok: true, event: { type: "object", verb, cluster: "hub", ref: { kind: resource.kind, apiVersion, name, namespace: ns } } });
+      const data = JSON.parse(r.body);
+      if (mode === "Resource") expect(data).toMatchObject({ apiVersion, kind: resource.kind, metadata: { name, labels } });
+      else expect(data).toEqual({ kind: resource.kind, ...(ns ? { namespace: ns } : {}), name, apiVersion });
+    }
+  });
+});
+
+describe("routing", () => {
+  it("routes by type, kind and cluster across two clusters, and sends resync ticks where filters let them", async () => {
+    const ns = `route-${suffix()}`;
+    for (const c of [hub, spoke]) await admin(c).create(NamespaceResource, { metadata: { name: ns } });
+    const filters = {
+      everything: undefined,
+      hubOnly: { cluster: "hub" },
+      spokeDeletes: { type: "dev.knative.apiserver.ref.delete" },
+      leases: { kind: "Lease" },
+      spokeConfigMaps: { kind: "ConfigMap", cluster: "spoke" },
+      hubUpdates: { type: "dev.knative.apiserver.resource.update", cluster: "hub" },
+      spokeTicks: { type: PingSourceType, cluster: "spoke" },
+    } as const;
+    const sinks = Object.fromEntries(await Promise.all(Object.keys(filters).map(async (name) => [name, await startSink()] as const))) as Record<keyof typeof filters, Sink>;
+    relay({
+      clusters: {
+        hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource, LeaseResource], ns) },
+        spoke: { kubeconfig: await watcherKubeconfig(spoke, [ConfigMapResource], ns) },
+      },
+      sources: [
+        { cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" },
+        { cluster: "hub", resource: LeaseResource, namespace: ns, mode: "Resource" },
+        { cluster: "spoke", resource: ConfigMapResource, namespace: ns, mode: "Reference" },
+      ],
+      sinks: Object.entries(filters).map(([name, filter]) => ({ name, url: sinks[name as keyof typeof filters].url, ...(filter ? { filter } : {}) })),
+      resync: { intervalMs: 200 },
+    });
+
+    const everything = sinks.everything;
+    const step = async (act: () => Promise<unknown>, name: string, verbs: string[]) => {
+      await act();
+      await eventually(() => expect(verbsOf(everything, name)).toEqual(verbs));
+    };
+    await step(() => admin(hub).create(ConfigMapResource, configMap(ns, "h1")), "h1", ["add"]);
+    await step(() => admin(hub).patch(ConfigMapResource, "h1", { data: { v: "2" } }, { namespace: ns }), "h1", ["add", "update"]);
+    await step(() => admin(spoke).create(ConfigMapResource, configMap(ns, "s1")), "s1", ["add"]);
+    await step(() => admin(spoke).delete(ConfigMapResource, "s1", ns), "s1", ["add", "delete"]);
+    await step(() => admin(hub).create(LeaseResource, { metadata: { name: "l1", namespace: ns }, spec: { holderIdentity: "x" } }), "l1", ["add"]);
+
+    const key = ({ type, cluster, kind, name }: Seen) => `${type} ${cluster} ${kind} ${name}`;
+    const all = objectEvents(everything).map(key).sort();
+    expect(all).toEqual(
+      [
+        "dev.knative.apiserver.resource.add hub ConfigMap h1",
+        "dev.knative.apiserver.resource.update hub ConfigMap h1",
+        "dev.knative.apiserver.ref.add spoke ConfigMap s1",
+        "dev.knative.apiserver.ref.delete spoke ConfigMap s1",
+        "dev.knative.apiserver.resource.add hub Lease l1",
+      ].sort(),
+    );
+    const passes = (filter: Readonly<Record<string, string>> | undefined, e: Seen) =>
+      Object.entries(filter ?? {}).every(([attr, want]) => e[attr as keyof Seen] === want);
+    for (const [name, filter] of Object.entries(filters)) {
+      const expected = objectEvents(everything).filter((e) => passes(filter, e)).map(key).sort();
+      await eventually(() => expect(objectEvents(sinks[name as keyof typeof filters]).map(key).sort(), name).toEqual(expected));
+    }
+    const ticks = await eventually(() => {
+      const t = sinks.spokeTicks.received.filter((r) => r.parsed.ok && r.parsed.event.type === "tick");
+      expect(t.length).toBeGreaterThan(0);
+      return t;
+    });
+    expect(ticks.every((r) => r.headers["ce-cluster"] === "spoke" && r.headers["ce-type"] === PingSourceType)).toBe(true);
+    expect(sinks.everything.received.some((r) => r.headers["ce-type"] === PingSourceType && r.headers["ce-cluster"] === "hub")).toBe(true);
+    expect(sinks.hubOnly.received.every((r) => r.headers["ce-cluster"] === "hub")).toBe(true);
+  });
+});
+
+describe("delivery", () => {
+  const scenarios = [
+    { name: "retries a 503 and stops at the 204 that follows", answers: [503, 204], outcome: "delivered", status: 204 },
+    { name: "retries a 429 and a 500 alike", answers: [429, 500, 204], outcome: "delivered", status: 204 },
+    { name: "drops a 400 without retrying it", answers: [400], outcome: "rejected", status: 400 },
+    { name: "gives up after maxAttempts", answers: [503, 503, 503], outcome: "gave-up", status: 503, maxAttempts: 3 },
+  ] as const;
+
+  it.each(scenarios)("$name, and records the outcome as a JSON line", async ({ answers, outcome, status, ...row }) => {
+    const ns = await namespace(hub, "deliver");
+    await admin(hub).create(ConfigMapResource, configMap(ns, "only"));
+    const sink = await startSink((_, nth) => ({ status: answers[nth - 1] ?? 204 }));
+    const record = join(tempDir("relay-record-"), "events.jsonl");
+    const r = relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "scripted", url: sink.url }],
+      delivery: { backoff: { initialMs: 20, maxMs: 100 }, ...("maxAttempts" in row ? { maxAttempts: row.maxAttempts } : {}) },
+      record,
+    });
+    const line = await eventually(() => {
+      const lines = existsSync(record) ? readFileSync(record, "utf8").split("\n").filter(Boolean) : [];
+      expect(lines).toHaveLength(1);
+      return JSON.parse(lines[0]!);
+    });
+    expect(sink.received).toHaveLength(answers.length);
+    expect(new Set(sink.received.map((x) => x.headers["ce-id"])).size).toBe(1); // a retry is the same event
+    expect(line).toMatchObject({ sink: "scripted", status, outcome, attempts: answers.length, event: { id: sink.received[0]!.headers["ce-id"], type: "dev.knative.apiserver.resource.add", cluster: "hub", name: "only", namespace: ns } });
+    expect(Number.isNaN(Date.parse(line.time))).toBe(false);
+    expect(parseEvent(line.event)).toMatchObject({ ok: true, event: { verb: "add", object: { metadata: { name: "only" } } } });
+    expect(r.status().sinks[0]).toMatchObject({ retries: answers.length - 1 });
+  });
+
+  it("coalesces a burst of updates to one object while the sink is slow, and delivers other objects in parallel", async () => {
+    const ns = await namespace(hub, "burst");
+    await admin(hub).create(ConfigMapResource, configMap(ns, "burst", { n: "0" }));
+    const sink = await startSink(() => ({ status: 204, delayMs: 400 }));
+    const r = relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "slow", url: sink.url }],
+    });
+    await eventually(() => expect(verbsOf(sink, "burst")).toEqual(["add"]));
+    for (let n = 1; n <= 20; n++) await admin(hub).patch(ConfigMapResource, "burst", { data: { n: String(n) } }, { namespace: ns });
+    const last = await eventually(() => {
+      const seen = about(sink, "burst");
+      const data = JSON.parse(seen.at(-1)!.r.body) as { data: { n: string } };
+      expect(data.data.n).toBe("20");
+      return seen;
+    });
+    expect(last.length).toBeLessThan(10); // 21 changes in all
+    expect(r.status().sinks[0]!.coalesced).toBeGreaterThan(0);
+    expect(sink.maxOpen()).toBe(1); // one key: never two of its events at once
+
+    await Promise.all([1, 2, 3, 4, 5].map((i) => admin(hub).create(ConfigMapResource, configMap(ns, `parallel-${i}`))));
+    await eventually(() => expect(objectEvents(sink).filter((e) => e.name.startsWith("parallel-"))).toHaveLength(5));
+    expect(sink.maxOpen()).toBeGreaterThan(1);
+  });
+
+  it("honours x-recheck-after-ms from a real faas-js-runtime function by sending the latest state again", async () => {
+    const ns = await namespace(hub, "recheck");
+    const calls: { verb: string; name: string; v?: string }[] = [];
+    const asked = new Set<string>();
+    const spec: FunctionSpec<unknown> = {
+      name: "relay-probe",
+      keys(event) {
+        if (event.type !== "object") return { skip: "not an object event" };
+        calls.push({ verb: event.verb, name: event.ref.name, v: (event.object as { data?: { v?: string } } | undefined)?.data?.v });
+        return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
+      },
+      async reconcile(_io, key) {
+        if (asked.has(key.name)) return done;
+        asked.add(key.name);
+        return { recheckInMs: 1_000 };
+      },
+    };
+    const fn = await startFunctionServer(serve(spec, () => testIo({}, {})));
+    cleanups.push(() => fn.close());
+    const r = relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "function", url: fn.url }],
+    });
+    await admin(hub).create(ConfigMapResource, configMap(ns, "r1", { v: "1" }));
+    await eventually(() => expect(calls.filter((c) => c.name === "r1").map((c) => c.verb)).toEqual(["add"]));
+    // the add asked for a recheck in 1 s; the update from the watch comes first, and the recheck then
+    // carries the latest state (v=2) although nothing changed since
+    await admin(hub).patch(ConfigMapResource, "r1", { data: { v: "2" } }, { namespace: ns });
+    await eventually(() => expect(r.status().sinks[0]!.rechecks).toBe(1));
+    await eventually(() => expect(calls.filter((c) => c.name === "r1").map((c) => `${c.verb}:${c.v}`)).toEqual(["add:1", "update:2", "update:2"]));
+    expect(r.status().sinks[0]).toMatchObject({ delivered: 3, rejected: 0 });
+  });
+
+  it("stops at once while a retry waits, with nothing left in flight", async () => {
+    const ns = await namespace(hub, "stop");
+    await admin(hub).create(ConfigMapResource, configMap(ns, "stuck"));
+    const sink = await startSink(() => ({ status: 503 }));
+    const r = relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "down", url: sink.url }],
+      delivery: { backoff: { initialMs: 20_000, maxMs: 20_000 } },
+    });
+    await eventually(() => expect(r.status().sinks[0]!.retries).toBe(1));
+    const t0 = performance.now();
+    await r.stop();
+    expect(performance.now() - t0).toBeLessThan(2_000);
+    expect(r.status().sinks[0]).toMatchObject({ pending: 0, inFlight: 0 });
+    expect(r.status().sources[0]!.state).toBe("stopped");
+    expect(sink.received).toHaveLength(1);
+  });
+});
+
+describe("watch continuity", () => {
+  it("re-lists after 410 Gone and emits update, delete and add for what changed while it was cut off", async () => {
+    const ns = await namespace(hub, "expire");
+    for (const name of ["stays", "changes", "goes"]) await admin(hub).create(ConfigMapResource, configMap(ns, name));
+    const proxy = await startProxy(Number(new URL(hub.url).port));
+    const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
+    const sink = await startSink();
+    const log = memoryLog();
+    const r = relay({
+      clusters: { hub: { kubeconfig } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "all", url: sink.url }],
+      log,
+    });
+    await eventually(() => expect(objectEvents(sink)).toHaveLength(3));
+
+    // A restarted apiserver fills its watch cache from a fresh list, so a resourceVersion from before
+    // the restart (and before the write just after the cut) is too old for it: the resuming watch
+    // gets 410 Gone, as it would after etcd compaction on a long-lived server.
+    await proxy.cut();
+    await admin(hub).patch(ConfigMapResource, "changes", { data: { v: "2" } }, { namespace: ns });
+    await restartApiserver(hub);
+    await admin(hub).delete(ConfigMapResource, "goes", ns);
+    await admin(hub).create(ConfigMapResource, configMap(ns, "comes"));
+    const restored = await startProxy(Number(new URL(hub.url).port), proxy.port);
+    cleanups.push(() => restored.cut());
+
+    await eventually(() => {
+      expect(verbsOf(sink, "changes")).toEqual(["add", "update"]);
+      expect(verbsOf(sink, "goes")).toEqual(["add", "delete"]);
+      expect(verbsOf(sink, "comes")).toEqual(["add"]);
+    });
+    expect(verbsOf(sink, "stays")).toEqual(["add"]);
+    expect(JSON.parse(about(sink, "goes").at(-1)!.r.body).metadata.name).toBe("goes"); // its last state known
+    expect(sourceStatus(r)).toMatchObject({ lists: 2, state: "watching" });
+    expect(log.lines.some((l) => l.msg.startsWith("resourceVersion expired (410)"))).toBe(true);
+  });
+
+  it("resumes from the last resourceVersion when the server ends each watch, repeating and losing nothing", async () => {
+    const ns = await namespace(hub, "resume");
+    const sink = await startSink();
+    const r = relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Reference" }],
+      sinks: [{ name: "all", url: sink.url }],
+      watch: { timeoutSeconds: 1, backoff: { initialMs: 20, maxMs: 200 } },
+    });
+    await r.ready;
+    for (let i = 0; i < 3; i++) {
+      await admin(hub).create(ConfigMapResource, configMap(ns, `cm-${i}`));
+      const watches = sourceStatus(r).watches;
+      await eventually(() => expect(sourceStatus(r).watches).toBeGreaterThan(watches), { timeoutMs: 5_000 });
+    }
+    await eventually(() => expect(objectEvents(sink).map((e) => `${e.verb} ${e.name}`).sort()).toEqual(["add cm-0", "add cm-1", "add cm-2"]));
+    expect(sourceStatus(r).lists).toBe(1);
+  });
+
+  it("reconnects with backoff after the connection drops and delivers what changed during the outage", async () => {
+    const ns = await namespace(hub, "outage");
+    const target = new URL(hub.url);
+    const proxy = await startProxy(Number(target.port));
+    const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
+    const sink = await startSink();
+    const log = memoryLog();
+    const r = relay({
+      clusters: { hub: { kubeconfig } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "all", url: sink.url }],
+      log,
+    });
+    await admin(hub).create(ConfigMapResource, configMap(ns, "before"));
+    await eventually(() => expect(verbsOf(sink, "before")).toEqual(["add"]));
+
+    await proxy.cut();
+    await eventually(() => expect(sourceStatus(r).state).toBe("backing-off"));
+    await admin(hub).create(ConfigMapResource, configMap(ns, "during"));
+    await admin(hub).delete(ConfigMapResource, "before", ns);
+    const restored = await startProxy(Number(target.port), proxy.port);
+    cleanups.push(() => restored.cut());
+
+    await eventually(() => {
+      expect(verbsOf(sink, "during")).toEqual(["add"]);
+      expect(verbsOf(sink, "before")).toEqual(["add", "delete"]);
+    });
+    expect(sourceStatus(r).lists).toBe(1); // resumed from its resourceVersion, no re-list
+    expect(log.lines.some((l) => l.level === "warn" && l.msg.startsWith("watch failed: resuming from the last resourceVersion") && typeof l.retryInMs === "number")).toBe(true);
+  });
+
+  it("a new relay after a stop emits add for everything that exists, so a consumer converges", async () => {
+    const ns = await namespace(hub, "restart");
+    for (const name of ["a", "b"]) await admin(hub).create(ConfigMapResource, configMap(ns, name, { v: "1" }));
+    const kubeconfig = await watcherKubeconfig(hub, [ConfigMapResource], ns);
+    const options = (url: string): RelayOptions => ({
+      clusters: { hub: { kubeconfig } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "all", url }],
+    });
+    const first = await startSink();
+    const r1 = relay(options(first.url));
+    await eventually(() => expect(objectEvents(first).map((e) => `${e.verb} ${e.name}`).sort()).toEqual(["add a", "add b"]));
+    await r1.stop();
+
+    await admin(hub).patch(ConfigMapResource, "a", { data: { v: "2" } }, { namespace: ns });
+    await admin(hub).delete(ConfigMapResource, "b", ns);
+    await admin(hub).create(ConfigMapResource, configMap(ns, "c", { v: "1" }));
+    const second = await startSink();
+    relay(options(second.url));
+    const events = await eventually(() => {
+      const e = objectEvents(second);
+      expect(e.map((x) => `${x.verb} ${x.name}`).sort()).toEqual(["add a", "add c"]);
+      return e;
+    });
+    expect(JSON.parse(events.find((e) => e.name === "a")!.r.body).data).toEqual({ v: "2" });
+  });
+});
+
+describe("credentials from secrets", () => {
+  it("waits for credentials, runs on the bootstrap secret, then switches to the hub secret and follows its rotation", async () => {
+    const agentNs = await namespace(spoke, "agent");
+    const watched = await namespace(hub, "creds");
+    const hubAdmin = admin(hub);
+    // The relay reads the two secrets on the spoke by name only.
+    const reader = `relay-reader-${suffix()}`;
+    await grant(spoke, { user: reader, namespace: agentNs, rules: [{ apiGroups: [""], resources: ["secrets"], resourceNames: [HubKubeconfigSecretName, BootstrapSecretName], verbs: ["get", "list", "watch"] }] });
+    const bootstrap = await hub.createBootstrapToken();
+    const bootstrapGrant = await grant(hub, { user: bootstrap.user, namespace: watched, rules: [watchRule(ConfigMapResource)] });
+    const sink = await startSink();
+    const log = memoryLog();
+    const r = relay({
+      clusters: { spoke: { kubeconfig: await spoke.kubeconfigFor({ user: reader }) }, hub: hubCredentialsFromAgentSecrets("spoke", agentNs) },
+      sources: [{ name: "hub-cms", cluster: "hub", resource: ConfigMapResource, namespace: watched, mode: "Resource" }],
+      sinks: [{ name: "all", url: sink.url }],
+      log,
+    });
+    await hubAdmin.create(ConfigMapResource, configMap(watched, "c0"));
+    await eventually(() => expect(r.status().clusters.hub!.problems).toHaveLength(2));
+    expect(sourceStatus(r).state).toBe("waiting-for-credentials");
+
+    // 1. the bootstrap secret appears: events flow under the bootstrap identity
+    await admin(spoke).create(SecretResource, { metadata: { name: BootstrapSecretName, namespace: agentNs }, data: { [HubSecretKey.Kubeconfig]: b64(bootstrap.kubeconfig) } });
+    await eventually(() => expect(verbsOf(sink, "c0")).toEqual(["add"]));
+    expect(r.status().clusters.hub!.origin).toContain(BootstrapSecretName);
+
+    // 2. the hub kubeconfig secret appears, in OCM's layout (tls.crt/tls.key named as relative files)
+    const agent = (n: number) => `system:open-cluster-management:cluster1:agent${n}`;
+    const hubSecret = async (n: number) => {
+      const cert = await issueCertificate(hub.clientCa, { subject: { commonName: agent(n), organizations: ["system:open-cluster-management:managed-clusters"] }, usage: "client" });
+      return {
+        metadata: { name: HubKubeconfigSecretName, namespace: agentNs },
+        data: { [HubSecretKey.Kubeconfig]: b64(hubKubeconfig(hubEndpoint(bootstrap.kubeconfig))), [HubSecretKey.TlsCert]: b64(cert.certPem), [HubSecretKey.TlsKey]: b64(cert.keyPem) },
+      };
+    };
+    const agent1Grant = await grant(hub, { user: agent(1), namespace: watched, rules: [watchRule(ConfigMapResource)] });
+    await grant(hub, { user: agent(2), namespace: watched, rules: [watchRule(ConfigMapResource)] });
+    await admin(spoke).create(SecretResource, await hubSecret(1));
+    await eventually(() => expect(sourceStatus(r)).toMatchObject({ user: agent(1), state: "watching" }));
+    await bootstrapGrant.revoke();
+    await hubAdmin.create(ConfigMapResource, configMap(watched, "c1"));
+    await eventually(() => expect(verbsOf(sink, "c1")).toEqual(["add"]));
+
+    // 3. rotation: a new certificate for another identity; the old one loses its access
+    await agent1Grant.revoke();
+    const rotated = await hubSecret(2);
+    const current = await admin(spoke).get<KubeObject>(SecretResource, HubKubeconfigSecretName, agentNs);
+    await admin(spoke).update(SecretResource, { ...rotated, metadata: { ...rotated.metadata, resourceVersion: current!.metadata.resourceVersion } });
+    await eventually(() => expect(sourceStatus(r)).toMatchObject({ user: agent(2), state: "watching" }));
+    await hubAdmin.create(ConfigMapResource, configMap(watched, "c2"));
+    await eventually(() => expect(verbsOf(sink, "c2")).toEqual(["add"]));
+
+    // every switch re-listed and diffed: c0 was announced once
+    expect(verbsOf(sink, "c0")).toEqual(["add"]);
+    expect(sourceStatus(r).lists).toBe(3);
+    expect(log.lines.filter((l) => l.msg.startsWith("credentials loaded")).map((l) => l.user)).toEqual([bootstrap.kubeconfig.match(/name: (bootstrap-\w+)/)![1], agent(1), agent(2)]);
+  });
+
+  it("judges a secret's kubeconfig before using it", async () => {
+    const ref: SecretRef = { cluster: "spoke", namespace: "agent", name: HubKubeconfigSecretName, key: "kubeconfig" };
+    const now = new Date();
+    const kubeconfig = b64(hubKubeconfig({ clusterName: "hub", server: hub.url, caData: b64(hub.caPem) }));
+    const good = await issueCertificate(hub.clientCa, { subject: { commonName: "agent" }, usage: "client" });
+    const other = await issueCertificate(hub.clientCa, { subject: { commonName: "agent" }, usage: "client" });
+    const expired = await issueCertificate(hub.clientCa, { subject: { commonName: "agent" }, usage: "client", notBefore: new Date(now.getTime() - 7_200_000), notAfter: new Date(now.getTime() - 3_600_000) });
+    const secret = (data: Record<string, string>) => ({ metadata: { name: ref.name, namespace: ref.namespace }, data });
+    const rows = [
+      { name: "no secret", secret: undefined, then: /does not exist/ },
+      { name: "no kubeconfig key", secret: secret({}), then: /has no key kubeconfig/ },
+      { name: "a file the secret does not hold", secret: secret({ kubeconfig, "tls.key": b64(good.keyPem) }), then: /tls\.crt, which the secret does not hold/ },
+      { name: "an expired certificate", secret: secret({ kubeconfig, "tls.crt": b64(expired.certPem), "tls.key": b64(expired.keyPem) }), then: /expired/ },
+      { name: "a certificate and key that do not match", secret: secret({ kubeconfig, "tls.crt": b64(good.certPem), "tls.key": b64(other.keyPem) }), then: /do not match/ },
+      { name: "a good one", secret: secret({ kubeconfig, "tls.crt": b64(good.certPem), "tls.key": b64(good.keyPem) }), then: "agent" },
+    ];
+    for (const row of rows) {
+      const result = resolveSecretKubeconfig(row.secret, ref, now);
+      if (typeof row.then === "string") {
+        expect(result, row.name).toMatchObject({ ok: true, user: row.then });
+        if (result.ok) result.client.close();
+      } else {
+        expect(result.ok, row.name).toBe(false);
+        if (!result.ok) expect(result.reason, row.name).toMatch(row.then);
+      }
+    }
+  });
+});
+
+describe("configuration", () => {
+  const kubeconfig = "apiVersion: v1\nkind: Config\n";
+  const cm = { version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true };
+  const scenarios = [
+    { name: "a source on a cluster without credentials", text: { clusters: {}, sources: [{ cluster: "hub", resource: cm }] }, env: {}, then: /no credentials configured for cluster hub/ },
+    { name: "a secret read through credentials that come from a secret", text: { clusters: { a: { kubeconfig }, b: { secret: { cluster: "a", namespace: "n", name: "s" } }, c: { secret: { cluster: "b", namespace: "n", name: "s" } } } }, env: {}, then: /must live on a cluster with static credentials, not b/ },
+    { name: "an override that is no CloudEvent attribute name", text: { clusters: {} }, env: { K_CE_OVERRIDES: JSON.stringify({ extensions: { "Bad-Name": "x" } }) }, then: /Invalid key in record[\s\S]*Bad-Name/ },
+    { name: "K_CE_OVERRIDES that is not JSON", text: { clusters: {} }, env: { K_CE_OVERRIDES: "{" }, then: /K_CE_OVERRIDES is not JSON/ },
+    { name: "two sources under one name", text: { clusters: { hub: { kubeconfig } }, sources: [{ cluster: "hub", resource: cm }, { cluster: "hub", resource: cm, fieldSelector: "a=b" }] }, env: {}, then: /two sources are named hub\/configmaps/ },
+    { name: "K_SINK and K_CE_OVERRIDES as a ContainerSource injects them", text: { clusters: {} }, env: { K_SINK: "http://sink.invalid/", K_CE_OVERRIDES: JSON.stringify({ extensions: { tenant: "t1" } }) }, then: { sinks: [{ name: "k-sink", url: "http://sink.invalid/" }], ceOverrides: { extensions: { tenant: "t1" } } } },
+  ];
+  it.each(scenarios)("judges $name", ({ text, env, then }) => {
+    const read = () => configFromEnvironment(stringify(text), env);
+    if (then instanceof RegExp) expect(read).toThrow(then);
+    else expect(read()).toMatchObject(then);
+  });
+});
+
+describe("the relay process", () => {
+  it("runs as a ContainerSource: config file, K_SINK, K_CE_OVERRIDES, JSON logs, clean exit on SIGTERM", async () => {
+    const ns = await namespace(hub, "cli");
+    await admin(hub).create(ConfigMapResource, configMap(ns, "seen"));
+    const dir = tempDir("relay-cli-");
+    writeFileSync(join(dir, "hub.kubeconfig"), await watcherKubeconfig(hub, [ConfigMapResource], ns), { mode: 0o600 });
+    const config = {
+      clusters: { hub: { kubeconfigFile: join(dir, "hub.kubeconfig") } },
+      sources: [{ cluster: "hub", resource: { version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true }, namespace: ns, mode: "Resource" }],
+      resync: { intervalMs: 0 },
+    };
+    writeFileSync(join(dir, "relay.yaml"), stringify(config));
+    const sink = await startSink();
+    const child = spawn(process.execPath, [join(import.meta.dirname, "..", "cli", "relay.ts"), "--config", join(dir, "relay.yaml")], {
+      env: { ...process.env, K_SINK: sink.url, K_CE_OVERRIDES: JSON.stringify({ extensions: { tenant: "t1" } }) },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    cleanups.push(async () => {
+      if (child.exitCode === null) child.kill("SIGKILL");
+    });
+
+    const [event] = await eventually(() => {
+      const e = about(sink, "seen");
+      expect(e).toHaveLength(1);
+      return e;
+    });
+    expect(event!.r.headers).toMatchObject({ "ce-tenant": "t1", "ce-cluster": "hub", "ce-type": "dev.knative.apiserver.resource.add" });
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    const lines = stderr.trim().split("\n").map((l) => JSON.parse(l) as LogLine);
+    expect(lines.map((l) => l.msg)).toEqual(expect.arrayContaining(["relay started", "relay stopped"]));
+    expect(lines.every((l) => typeof l.level === "string" && typeof l.time === "string")).toBe(true);
+  });
+});
+
+// A TCP hop in front of an apiserver that a test can cut: in-flight connections end, new ones are refused.
+async function startProxy(targetPort: number, port = 0): Promise<{ port: number; cut(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server: TcpServer = createTcpServer((client) => {
+    const upstream = connect(targetPort, "127.0.0.1");
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => s.destroy());
+      s.on("close", () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as { port: number }).port,
+    cut: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
