@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse, stringify } from "yaml";
 import { startClusters, type LocalClusters } from "../../shared/control-plane/clusters.ts";
-import { KubeClient } from "../../shared/kube/client.ts";
+import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, SecretResource } from "../../shared/api/kube.ts";
 import { ManagedClusterResource, ClusterLabel } from "../../shared/api/cluster.ts";
 import { ManagedClustersGroup } from "../../shared/api/registration.ts";
@@ -15,6 +15,9 @@ import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub
 import { manualClock } from "../../shared/clock.ts";
 import { parseCertificateRequest, readCertificate } from "../../shared/pki.ts";
 import { spec, ConfigSchema, pendingSecretName, type Config } from "../../functions/spoke-registration/reconcile.ts";
+import * as acceptor from "../../functions/cluster-acceptor/reconcile.ts";
+import * as approver from "../../functions/csr-approver/reconcile.ts";
+import { findCondition } from "../../shared/conditions.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 
@@ -187,6 +190,46 @@ describe("keeping and replacing the credentials", () => {
     await spokeAdmin.delete(SecretResource, pendingSecretName(agent.config), AGENT_NS); // as if the first request was lost
     await agent.reconcile();
     expect(await csrsOf(agent.config.clusterName)).toHaveLength(10);
+  });
+});
+
+describe("rotation", () => {
+  it("rotates a short-lived certificate through the hub identity and reports ClusterCertificateRotated", async () => {
+    const agent = await newAgent({ clientCertExpirationSeconds: 3600 });
+    const first = await joinHub(agent);
+    const hub = local.get("hub");
+    // The hub side, each function under its own identity: accept, then approve the renewal.
+    const acceptorIo = testIo({ hub: await identityFor(hub, "cluster-acceptor") }, acceptor.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
+    const approverIo = testIo({ hub: await identityFor(hub, "csr-approver") }, approver.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
+    const cluster = (await hubAdmin.get<{ metadata: { name: string }; spec: object }>(ManagedClusterResource, agent.config.clusterName))!;
+    await hubAdmin.update(ManagedClusterResource, { ...cluster, spec: { ...cluster.spec, hubAcceptsClient: true } });
+    await reconcileKey(acceptor.spec, acceptorIo, { cluster: "hub", name: agent.config.clusterName });
+
+    const cert = readCertificate(secretText(first, "tls.crt")!);
+    const life = cert.notAfter.getTime() - cert.notBefore.getTime();
+    expect(life).toBeLessThanOrEqual(3_600_000 + 360_000); // expirationSeconds honoured (the signer backdates 5 min)
+    agent.clock.set(new Date(cert.notAfter.getTime() - 0.15 * life)); // 15 % of the life left
+    await agent.reconcile();
+    const renewal = (await csrsOf(agent.config.clusterName))[1]!;
+    expect(renewal.spec.username).toBe(cert.commonName); // asked as the cluster itself, not the bootstrap identity
+    await reconcileKey(approver.spec, approverIo, { cluster: "hub", name: renewal.metadata.name });
+    await eventually(async () => {
+      const c = await hubAdmin.get<Csr & { metadata: { name: string } }>(CertificateSigningRequestResource, renewal.metadata.name);
+      if (!c?.status?.certificate) throw new Error("not signed yet");
+    });
+    agent.clock.set(new Date());
+    await agent.reconcile();
+    const rotated = (await spokeAdmin.get<Secret>(SecretResource, agent.config.hubSecret, AGENT_NS))!;
+    expect(secretText(rotated, "tls.crt")).not.toBe(secretText(first, "tls.crt"));
+    expect(secretText(rotated, "kubeconfig")).toBe(secretText(first, "kubeconfig"));
+    const status = (await hubAdmin.get<KubeObject & { status?: { conditions?: never[] } }>(ManagedClusterResource, agent.config.clusterName))!.status;
+    const next = readCertificate(secretText(rotated, "tls.crt")!);
+    expect(findCondition(status?.conditions, "ClusterCertificateRotated")).toMatchObject({
+      status: "True",
+      reason: "ClientCertificateUpdated",
+      message: expect.stringMatching(/^client certificate rotated starting from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+0000 UTC to /),
+    });
+    expect(next.notAfter.getTime()).toBeGreaterThan(cert.notAfter.getTime());
   });
 });
 

@@ -41,11 +41,13 @@ export function tickEvent(cluster?: string): Record<string, unknown> {
 // The function behind faas-js-runtime's real HTTP server, on a free loopback port.
 export { startFunctionServer } from "../../shared/local/functions.ts";
 
-// POST in binary mode, as the ApiServerSource adapter does.
+// POST in binary mode, as the ApiServerSource adapter does; an event without data has no body and no
+// content type (a JSON content type with an empty body is a 400 from the runtime).
 export async function postEvent(url: string, ce: Record<string, unknown>): Promise<{ status: number; body: string }> {
-  const headers: Record<string, string> = { "content-type": "application/json" };
-  for (const [k, v] of Object.entries(ce)) if (k !== "data" && k !== "datacontenttype") headers[`ce-${k}`] = String(v);
-  const res = await fetch(url, { method: "POST", headers, body: ce.data === undefined ? "" : JSON.stringify(ce.data) });
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(ce)) if (k !== "data" && k !== "datacontenttype" && v !== undefined) headers[`ce-${k}`] = String(v);
+  const hasData = ce.data !== undefined;
+  if (hasData) headers["content-type"] = String(ce.datacontenttype ?? "application/json");
+  const res = await fetch(url, { method: "POST", headers, body: hasData ? JSON.stringify(ce.data) : undefined });
   return { status: res.status, body: await res.text() };
 }
-
