@@ -1,8 +1,13 @@
 // `npm run bench [name...]`: runs the benchmarks (all, or the named ones) and prints their figures.
 import { controlPlane } from "./control-plane.ts";
+import { join } from "./join.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-const benches: Bench[] = [controlPlane];
+const benches: Bench[] = [controlPlane, join];
+
+// Benchmarks start many function servers in one process, and the functions' runtime adds signal
+// listeners for each; they are expected here, not a leak.
+process.setMaxListeners(0);
 
 const wanted = process.argv.slice(2);
 for (const b of benches.filter((x) => wanted.length === 0 || wanted.includes(x.name))) {

@@ -1,7 +1,7 @@
 // Accepts and denies ManagedClusters on the hub (ocm-protocol §4.2): the cluster namespace, the RBAC that
 // lets an accepted cluster's agents in (and the narrower RBAC after a deny), the cluster lease,
 // HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
-import { z } from "zod";
+import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
@@ -35,25 +35,10 @@ import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, Regi
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { AddOnGroup } from "../../shared/api/addon.ts";
 
-const commaList = z
-  .string()
-  .optional()
-  .transform((s) => (s ?? "").split(",").map((u) => u.trim()).filter(Boolean));
-
-export const ConfigSchema = z.object({
-  // the cluster this function manages ManagedClusters on; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-  // OCM's --cluster-auto-approval-users; non-empty turns on the ManagedClusterAutoApproval gate
-  autoApprovalUsers: z.array(z.string().min(1)),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    hubCluster: env.OCM_CLUSTER_NAME || "hub",
-    autoApprovalUsers: commaList.parse(env.OCM_CLUSTER_AUTO_APPROVAL_USERS),
-  });
-}
+// Both hub functions read the same settings (shared/settings.ts).
+export const ConfigSchema = HubSettingsSchema;
+export type Config = HubSettings;
+export const configFromEnv = hubSettingsFromEnv;
 
 export const spec: FunctionSpec<Config> = {
   name: "cluster-acceptor",

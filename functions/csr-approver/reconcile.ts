@@ -1,7 +1,7 @@
 // Approves OCM cluster agents' CSRs on the hub (ocm-protocol §3.2): a renewal once the agent may renew
 // (granted at acceptance), a bootstrap request from a configured auto-approval user. The root kind is
 // CertificateSigningRequest; kube-controller-manager signs what this approves.
-import { z } from "zod";
+import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
@@ -14,25 +14,10 @@ import { CsrUsages, ManagedClustersGroup, SubjectPrefix, clusterGroup } from "..
 import { parseCertificateRequest } from "../../shared/pki.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 
-const commaList = z
-  .string()
-  .optional()
-  .transform((s) => (s ?? "").split(",").map((u) => u.trim()).filter(Boolean));
-
-export const ConfigSchema = z.object({
-  // the cluster this function approves on; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-  // OCM's --cluster-auto-approval-users; empty means the ManagedClusterAutoApproval gate is off
-  autoApprovalUsers: z.array(z.string().min(1)),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    hubCluster: env.OCM_CLUSTER_NAME || "hub",
-    autoApprovalUsers: commaList.parse(env.OCM_CLUSTER_AUTO_APPROVAL_USERS),
-  });
-}
+// Both hub functions read the same settings (shared/settings.ts).
+export const ConfigSchema = HubSettingsSchema;
+export type Config = HubSettings;
+export const configFromEnv = hubSettingsFromEnv;
 
 export const spec: FunctionSpec<Config> = {
   name: "csr-approver",

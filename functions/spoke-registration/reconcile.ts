@@ -4,6 +4,7 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { z } from "zod";
+import { commaList } from "../../shared/settings.ts";
 import { ManagedClusterResource, ManagedClusterConditionType, ClusterLabel, AgentAnnotationPrefix, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, SecretResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
 import {
@@ -29,8 +30,6 @@ import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { certificateMatchesKey, createCertificateRequest, generateKeyPair, keyPairFromPem, privateKeyToPem, readCertificate } from "../../shared/pki.ts";
 
-const list = z.string().transform((s) => s.split(",").map((x) => x.trim()).filter(Boolean));
-
 export const ConfigSchema = z.object({
   managementCluster: z.string().min(1), // where the agent's secrets live: the spoke itself unless Hosted
   clusterName: z.string().min(1),
@@ -54,8 +53,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
     agentNamespace: env.AGENT_NAMESPACE || undefined,
     bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
     hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
-    externalServerUrls: env.SPOKE_EXTERNAL_SERVER_URLS ? list.parse(env.SPOKE_EXTERNAL_SERVER_URLS) : undefined,
-    clusterAnnotations: env.CLUSTER_ANNOTATIONS ? Object.fromEntries(list.parse(env.CLUSTER_ANNOTATIONS).map((kv) => kv.split("=", 2) as [string, string])) : undefined,
+    externalServerUrls: env.SPOKE_EXTERNAL_SERVER_URLS ? commaList.parse(env.SPOKE_EXTERNAL_SERVER_URLS) : undefined,
+    clusterAnnotations: env.CLUSTER_ANNOTATIONS ? Object.fromEntries(commaList.parse(env.CLUSTER_ANNOTATIONS).map((kv) => kv.split("=", 2) as [string, string])) : undefined,
     clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,
   });
 }
