@@ -22,13 +22,15 @@ const fleet = await startFleet({
   record: (relay) => join(outDir, "logs", `events-${relay}.jsonl`),
 });
 
+// The functions' runtime also handles SIGINT: it runs fleet.stop() and exits itself, so the folder
+// goes in an exit hook, whoever ends the process.
+process.on("exit", () => rmSync(outDir, { recursive: true, force: true }));
 let stopping = false;
 async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
   stopping = true;
   process.stderr.write(`\n${signal}: stopping the functions, relays and clusters\n`);
   await fleet.stop();
-  rmSync(outDir, { recursive: true, force: true });
   process.exit(0);
 }
 process.on("SIGINT", () => void shutdown("SIGINT"));

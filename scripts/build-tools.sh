@@ -27,7 +27,7 @@ step() { printf '[build-tools] %s\n' "$*" >&2; }
 
 build() { # tools dir, output name, package, ldflags
   local dir=$1 out=$2 pkg=$3 ldflags=$4
-  if [ -x "$bin/$out" ]; then step "$out: cached"; return; fi
+  if [ -x "$bin/$out" ]; then return; fi
   step "$out: building $pkg (first run only; several minutes on 2 cores)"
   local start=$SECONDS
   (cd "$here/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$out.tmp" "$pkg")
