@@ -3,7 +3,8 @@
 // HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
 import { isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -42,7 +43,7 @@ export const configFromEnv = hubSettingsFromEnv;
 
 export const spec: FunctionSpec<Config> = {
   name: "cluster-acceptor",
-  keys: keysOf,
+  keys: (event, io) => managedClusterKeys(event, io, (e, hub) => keysOfRelated(e, hub, io)),
   reconcile,
 };
 
@@ -59,17 +60,10 @@ const labelledKinds: Record<string, ApiResource> = {
   [CertificateSigningRequestResource.kind]: CertificateSigningRequestResource,
 };
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
-  const hub = io.config.hubCluster;
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    const { items } = await io.cluster(hub).list<ManagedCluster>(ManagedClusterResource);
-    return items.map((c) => ({ cluster: hub, name: c.metadata.name }));
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+// Besides its own events, a cluster is woken by ManifestWorks in its namespace (one going away may free
+// the work RoleBinding's finalizer) and by the objects labelled with its name.
+async function keysOfRelated(event: ObjectEvent, hub: string, io: Io<Config>): Promise<Keys> {
   const { kind, apiVersion, namespace } = event.ref;
-  if (kind === ManagedClusterResource.kind) return [{ cluster: hub, name: event.ref.name }];
-  // A ManifestWork going away may free the work RoleBinding's finalizer: its namespace is the cluster.
   if (kind === ManifestWorkResource.kind && apiVersion.startsWith(`${WorkGroup}/`)) return namespace ? [{ cluster: hub, name: namespace }] : { skip: "ManifestWork without namespace" };
   const resource = labelledKinds[kind];
   if (!resource) return { skip: `not a kind this function watches: ${kind}` };

@@ -1,0 +1,196 @@
+// Judges from a ManagedCluster's lease on the hub whether its agent is alive and its clock in step
+// with the hub (ocm-protocol §4.3): Available=Unknown once the lease is too old, and ClockSynced. It
+// creates a missing lease and schedules the next look for the moment the lease would expire.
+import { z } from "zod";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { isAlreadyExists } from "../../shared/kube/errors.ts";
+import { recordEvent } from "../../shared/kube/event-recorder.ts";
+import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { findCondition, hasCondition, setCondition, type NewCondition } from "../../shared/conditions.ts";
+import { microTime } from "../../shared/clock.ts";
+import { LeaseResource } from "../../shared/api/kube.ts";
+import {
+  ClusterAnnotation,
+  ClusterLabel,
+  DefaultLeaseDurationSeconds,
+  ManagedClusterConditionType,
+  ManagedClusterLeaseName,
+  ManagedClusterReason,
+  ManagedClusterResource,
+  type ManagedCluster,
+} from "../../shared/api/cluster.ts";
+import { ClusterEventReason, LeaseDurationTimes, ManagedClusterMessage, availableUnknownEventMessage } from "../../shared/api/health.ts";
+
+export const ConfigSchema = z.object({
+  // the cluster whose ManagedClusters this function watches; events from any other cluster are not ours
+  hubCluster: z.string().min(1),
+  // How many lease durations without a renewal make a cluster Unknown, and how far the agent's clock
+  // may drift. Agents renew every 1 to 1.25 durations (jitter) plus a request's latency, so below 1.5
+  // a healthy cluster would flap.
+  leaseGraceMultiplier: z.number().min(1.5).default(LeaseDurationTimes),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({
+    hubCluster: env.OCM_CLUSTER_NAME || "hub",
+    leaseGraceMultiplier: env.OCM_LEASE_GRACE_MULTIPLIER ? Number(env.OCM_LEASE_GRACE_MULTIPLIER) : undefined,
+  });
+}
+
+export type Lease = KubeObject & {
+  metadata: { creationTimestamp?: string; managedFields?: ManagedFieldsEntry[] };
+  spec?: { holderIdentity?: string; renewTime?: string; acquireTime?: string; leaseDurationSeconds?: number };
+};
+type ManagedFieldsEntry = { manager?: string; operation?: string; time?: string; fieldsV1?: { "f:spec"?: Record<string, unknown> } };
+
+export const spec: FunctionSpec<Config> = {
+  name: "cluster-lease-monitor",
+  keys: (event, io) => managedClusterKeys(event, io, keysOfLease),
+  reconcile,
+};
+
+// A lease wakes the cluster whose namespace it lives in.
+function keysOfLease(event: ObjectEvent, hub: string): Keys {
+  const { kind, apiVersion, name, namespace } = event.ref;
+  if (kind !== LeaseResource.kind || !apiVersion.startsWith(`${LeaseResource.group}/`)) return { skip: `not a kind this function watches: ${kind}` };
+  if (name !== ManagedClusterLeaseName) return { skip: `lease ${namespace ?? ""}/${name} is not a cluster lease` };
+  return namespace ? [{ cluster: hub, name: namespace }] : { skip: "cluster lease without a namespace" };
+}
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  const cluster = await hub.get<ManagedCluster>(ManagedClusterResource, key.name);
+  if (!cluster) return done;
+  if (!wasEverAccepted(cluster)) {
+    io.log.info({ cluster: key.name }, "skipped: never accepted");
+    return done;
+  }
+  const now = io.clock.now();
+  const multiplier = io.config.leaseGraceMultiplier;
+  let lease = await hub.get<Lease>(LeaseResource, ManagedClusterLeaseName, key.name);
+  if (!lease) {
+    if (cluster.metadata.deletionTimestamp) {
+      // nothing will renew a lease for a cluster on its way out
+      await writeConditions({ io, hub, now }, cluster, [availableUnknown]);
+      return done;
+    }
+    lease = await createLease(hub, key.name, now);
+    io.log.info({ cluster: key.name }, "lease was missing: created it");
+  }
+  const verdict = judgeLease({ lease, cluster, now, multiplier });
+  const clock = judgeClock({ lease, cluster, now, multiplier });
+  await writeConditions({ io, hub, now }, cluster, [verdict.condition, clock].filter((c) => c !== undefined));
+  if (verdict.expired) io.log.info({ cluster: key.name }, "lease expired: agent stopped renewing it");
+  return { recheckInMs: verdict.recheckInMs };
+}
+
+// OCM watches every cluster that ever had the HubAccepted condition, also after a deny.
+export const wasEverAccepted = (c: ManagedCluster) => findCondition(c.status?.conditions, ManagedClusterConditionType.HubAccepted) !== undefined;
+
+// OCM: grace = 5 × leaseDurationSeconds, and 0 means the default (FIX #183: a zero grace period
+// rewrote the condition without end).
+export function gracePeriodMs(cluster: ManagedCluster, multiplier: number): number {
+  return multiplier * (cluster.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1000;
+}
+
+export type LeaseVerdict = { expired: boolean; condition?: NewCondition; recheckInMs: number };
+
+// Expired once now ≥ last renewal + grace. A fresh lease is looked at again exactly when it would
+// expire; an expired one after another grace period, as OCM requeues (renewals wake us anyway).
+// Recovery is the agent's: it sets Available=True itself, so nothing here stands in its way.
+export function judgeLease(o: { lease: Lease; cluster: ManagedCluster; now: Date; multiplier: number }): LeaseVerdict {
+  const grace = gracePeriodMs(o.cluster, o.multiplier);
+  const expiresAt = lastRenewal(o.lease) + grace;
+  const now = o.now.getTime();
+  if (now < expiresAt) return { expired: false, recheckInMs: expiresAt - now };
+  // OCM leaves an Unknown condition alone, whatever its reason
+  const alreadyUnknown = findCondition(o.cluster.status?.conditions, ManagedClusterConditionType.Available)?.status === "Unknown";
+  return { expired: true, condition: alreadyUnknown ? undefined : availableUnknown, recheckInMs: grace };
+}
+
+// A lease nobody ever renewed counts from its creation (OCM would crash on it).
+const lastRenewal = (lease: Lease) => Date.parse(lease.spec?.renewTime ?? lease.spec?.acquireTime ?? lease.metadata.creationTimestamp ?? "") || 0;
+
+// OCM compares the hub's now with renewTime at the moment it sees a renewal, and at no other time.
+// A function also runs on ticks and cluster events, later. While the lease is fresh that changes
+// nothing (the renewal is less than a grace period old, so now − renewTime < grace either way), but
+// once it has expired "now" can no longer tell a dead agent from a clock running behind. Then the
+// hub's time of the renewal comes from the lease itself: the API server stamps the managedFields
+// entry of whoever wrote renewTime. Without such an entry, now it is.
+export function judgeClock(o: { lease: Lease; cluster: ManagedCluster; now: Date; multiplier: number }): NewCondition | undefined {
+  const renewTime = o.lease.spec?.renewTime;
+  if (!renewTime) return undefined;
+  const renewedAt = Date.parse(renewTime);
+  const grace = gracePeriodMs(o.cluster, o.multiplier);
+  const now = o.now.getTime();
+  const seenAt = now < renewedAt + grace ? now : (renewalSeenAt(o.lease) ?? now);
+  const skipped = o.cluster.metadata.annotations?.[ClusterAnnotation.SkipClockSyncCheck] === "true";
+  const want = skipped || Math.abs(seenAt - renewedAt) < grace ? clockSynced : clockOutOfSync;
+  return hasCondition(o.cluster.status?.conditions, want) ? undefined : want;
+}
+
+// When the API server last stored a change by the writer that owns spec.renewTime (whole seconds).
+export function renewalSeenAt(lease: Lease): number | undefined {
+  const owner = lease.metadata.managedFields?.find((e) => e.fieldsV1?.["f:spec"]?.["f:renewTime"] !== undefined);
+  const at = owner?.time ? Date.parse(owner.time) : NaN;
+  return Number.isNaN(at) ? undefined : at;
+}
+
+// One status patch for all judgements, and the hub event when the cluster has just become Unknown.
+async function writeConditions(ctx: { io: Io<Config>; hub: KubeClient; now: Date }, cluster: ManagedCluster, changes: readonly NewCondition[]): Promise<void> {
+  if (changes.length === 0) return;
+  const { io, hub, now } = ctx;
+  const conditions = changes.reduce((list, c) => setCondition(list, c, now), cluster.status?.conditions ?? []);
+  const written = await patchStatusIfChanged(hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
+  if (!written) return;
+  const name = cluster.metadata.name;
+  io.log.info({ cluster: name, conditions: changes.map((c) => `${c.type}=${c.status}/${c.reason}`) }, "status updated");
+  if (changes.some((c) => c.type === ManagedClusterConditionType.Available && c.status === "Unknown")) {
+    await recordEvent(hub, {
+      regarding: { apiVersion: `${ManagedClusterResource.group}/${ManagedClusterResource.version}`, kind: ManagedClusterResource.kind, name, uid: cluster.metadata.uid, namespace: name },
+      type: "Warning",
+      reason: ClusterEventReason.AvailableUnknown,
+      message: availableUnknownEventMessage(name),
+      component: spec.name,
+      now,
+    });
+  }
+}
+
+// Made by the hub, renewed by the agent (§1.8). Another writer (the acceptor) may have just made it.
+async function createLease(hub: KubeClient, cluster: string, now: Date): Promise<Lease> {
+  try {
+    return await hub.create<Lease>(LeaseResource, {
+      metadata: { name: ManagedClusterLeaseName, namespace: cluster, labels: { [ClusterLabel.ClusterName]: cluster } },
+      spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(now) },
+    });
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+    const lease = await hub.get<Lease>(LeaseResource, ManagedClusterLeaseName, cluster);
+    if (!lease) throw err; // created and deleted again meanwhile: the retry sees which
+    return lease;
+  }
+}
+
+const availableUnknown: NewCondition = {
+  type: ManagedClusterConditionType.Available,
+  status: "Unknown",
+  reason: ManagedClusterReason.ManagedClusterLeaseUpdateStopped,
+  message: ManagedClusterMessage.LeaseUpdateStopped,
+};
+const clockSynced: NewCondition = {
+  type: ManagedClusterConditionType.ClockSynced,
+  status: "True",
+  reason: ManagedClusterReason.ManagedClusterClockSynced,
+  message: ManagedClusterMessage.ClockSynced,
+};
+const clockOutOfSync: NewCondition = {
+  type: ManagedClusterConditionType.ClockSynced,
+  status: "False",
+  reason: ManagedClusterReason.ManagedClusterClockOutOfSync,
+  message: ManagedClusterMessage.ClockOutOfSync,
+};
