@@ -1,0 +1,73 @@
+// Labels each ManagedCluster with the health of its add-ons (OCM hub add-on feature discovery):
+// feature.open-cluster-management.io/addon-<a> is available, unhealthy or unreachable after the add-on's
+// Available condition, and goes when the add-on does. The root kind is ManagedCluster.
+import { z } from "zod";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { managedClusterKeys } from "../../shared/cluster-keys.ts";
+import { findCondition } from "../../shared/conditions.ts";
+import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import {
+  AddOnConditionType,
+  AddOnFeatureLabelPrefix,
+  AddOnFeatureValue,
+  AddOnGroup,
+  ManagedClusterAddOnV1alpha1Resource,
+  type ManagedClusterAddOnV1alpha1,
+} from "../../shared/api/addon.ts";
+
+export const ConfigSchema = z.object({
+  // the cluster whose ManagedClusters this function labels; events from any other cluster are not ours
+  hubCluster: z.string().min(1),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
+}
+
+// An add-on event wakes the cluster whose namespace it lives in.
+export const spec: FunctionSpec<Config> = {
+  name: "addon-cluster-label",
+  keys: (event, io) =>
+    managedClusterKeys(event, io, (e, hub) => {
+      if (e.ref.kind !== ManagedClusterAddOnV1alpha1Resource.kind || !e.ref.apiVersion.startsWith(`${AddOnGroup}/`)) return { skip: `not a kind this function watches: ${e.ref.kind}` };
+      return e.ref.namespace ? [{ cluster: hub, name: e.ref.namespace }] : { skip: "ManagedClusterAddOn without namespace" };
+    }),
+  reconcile,
+};
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  const cluster = await hub.get<ManagedCluster>(ManagedClusterResource, key.name);
+  if (!cluster) return done;
+  if (cluster.metadata.deletionTimestamp) {
+    io.log.info({ cluster: key.name }, "skipped: cluster is deleting");
+    return done;
+  }
+  // OCM waits for the cluster's first Available: before it, nothing is known about its add-ons either
+  if (!findCondition(cluster.status?.conditions, ManagedClusterConditionType.Available)) {
+    io.log.info({ cluster: key.name }, "skipped: cluster has no Available condition yet");
+    return done;
+  }
+  const { items } = await hub.list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { namespace: key.name });
+  const change = labelChange(cluster.metadata.labels ?? {}, items);
+  if (!Object.keys(change).length) return done;
+  // merge patch: null removes a label; the resourceVersion makes a concurrent change conflict
+  await hub.patch(ManagedClusterResource, key.name, { metadata: { resourceVersion: cluster.metadata.resourceVersion, labels: change } });
+  io.log.info({ cluster: key.name, labels: change }, "add-on feature labels updated");
+  return done;
+}
+
+export function featureValue(addon: ManagedClusterAddOnV1alpha1): string {
+  const status = findCondition(addon.status?.conditions, AddOnConditionType.Available)?.status;
+  return status === "True" ? AddOnFeatureValue.Available : status === "False" ? AddOnFeatureValue.Unhealthy : AddOnFeatureValue.Unreachable;
+}
+
+// The labels to set (value) or remove (null): one per add-on not being deleted, none for add-ons gone.
+export function labelChange(labels: Readonly<Record<string, string>>, addons: readonly ManagedClusterAddOnV1alpha1[]): Record<string, string | null> {
+  const want = new Map(addons.filter((a) => !a.metadata.deletionTimestamp).map((a) => [`${AddOnFeatureLabelPrefix}${a.metadata.name}`, featureValue(a)]));
+  const change: Record<string, string | null> = {};
+  for (const [k, v] of want) if (labels[k] !== v) change[k] = v;
+  for (const k of Object.keys(labels)) if (k.startsWith(AddOnFeatureLabelPrefix) && !want.has(k)) change[k] = null;
+  return change;
+}

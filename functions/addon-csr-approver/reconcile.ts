@@ -1,0 +1,173 @@
+// Approves and signs AddOnTemplate add-on agents' CSRs on the hub (ocm-protocol §3.3, addon-framework's
+// CSR approving and signing controllers with ocm's template checks): a kube-apiserver-client CSR when
+// its subject is the add-on's default one and the cluster's own agent asked; a custom-signer CSR of a
+// signer the template registers, which this function then signs with the template's signingCA. The
+// root kind is CertificateSigningRequest; only CSRs labelled with both a cluster and an add-on are ours.
+import { z } from "zod";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { FunctionEvent } from "../../shared/events.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+import { rfc3339 } from "../../shared/clock.ts";
+import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, SecretResource } from "../../shared/api/kube.ts";
+import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
+import { ClusterLabel, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { CsrApproval } from "../../shared/api/register.ts";
+import {
+  AddOnAnnotation,
+  AddOnGroup,
+  AddOnLabel,
+  AddOnLifecycle,
+  AddOnTemplateResource,
+  ClusterManagementAddOnV1alpha1Resource,
+  ManagedClusterAddOnV1alpha1Resource,
+  type AddOnTemplate,
+  type ClusterManagementAddOnV1alpha1,
+  type ManagedClusterAddOnV1alpha1,
+} from "../../shared/api/addon.ts";
+import { AddOnConfigResource, AddonManagerNamespaceDefault, CustomSignerCertificateDurationMs, addonAgentUser, addonGroups, clusterSubjectPrefix, templateAgentName } from "../../shared/api/addon-strings.ts";
+import { readRequest, signRequest, type RequestInfo } from "./signing.ts";
+
+export const ConfigSchema = z.object({
+  // the cluster whose CSRs this function approves; events from any other cluster are not ours
+  hubCluster: z.string().min(1),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
+}
+
+export const spec: FunctionSpec<Config> = {
+  name: "addon-csr-approver",
+  keys: keysOf,
+  reconcile,
+};
+
+const addonCsrSelector = `${ClusterLabel.ClusterName},${AddOnLabel.AddonName}`;
+
+async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const hub = io.config.hubCluster;
+  if (event.type === "tick") {
+    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
+    const { items } = await io.cluster(hub).list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: addonCsrSelector });
+    return items.filter((csr) => !isDenied(csr) && (!isApproved(csr) || awaitsCustomSignature(csr))).map((csr) => ({ cluster: hub, name: csr.metadata.name }));
+  }
+  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+  if (event.ref.kind !== CertificateSigningRequestResource.kind) return { skip: `not a CertificateSigningRequest: ${event.ref.kind}` };
+  // Labels in a Resource-mode payload are only a hint; the reconcile reads them again.
+  const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
+  if (labels && !(labels[ClusterLabel.ClusterName] && labels[AddOnLabel.AddonName])) return { skip: "not an add-on CSR" };
+  return [{ cluster: hub, name: event.ref.name }];
+}
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  let csr = await hub.get<CertificateSigningRequest>(CertificateSigningRequestResource, key.name);
+  if (!csr) return done;
+  const found = await findAddon(hub, csr);
+  if ("skip" in found) {
+    io.log.info({ csr: key.name, reason: found.skip }, "skipped");
+    return done;
+  }
+  if (!isApproved(csr) && !isDenied(csr)) {
+    const decision = decideApproval(csr, found, await readRequest(csr.spec.request));
+    if ("skip" in decision) {
+      io.log.info({ csr: key.name, reason: decision.skip }, "not approved");
+      return done;
+    }
+    csr = await approve(hub, csr, io.clock.now());
+    io.log.info({ csr: key.name, cluster: found.cluster, addon: found.addon, as: decision.approve }, "approved");
+  }
+  if (isApproved(csr) && awaitsCustomSignature(csr)) {
+    const registration = customSignerOf(found.template, csr.spec.signerName);
+    if (!registration) {
+      io.log.info({ csr: key.name, signer: csr.spec.signerName }, "not signed: the template registers no such signer");
+      return done;
+    }
+    const ca = registration.signingCA;
+    const secret = await hub.get<{ metadata: { name: string }; data?: Record<string, string> }>(SecretResource, ca.name, ca.namespace || AddonManagerNamespaceDefault);
+    if (!secret) throw new Error(`get custom signer ca ${ca.namespace || AddonManagerNamespaceDefault}/${ca.name} failed: not found`);
+    const certificate = await signRequest(csr.spec.request, {
+      certPem: Buffer.from(secret.data?.["tls.crt"] ?? "", "base64").toString(),
+      keyPem: Buffer.from(secret.data?.["tls.key"] ?? "", "base64").toString(),
+      now: io.clock.now(),
+      durationMs: CustomSignerCertificateDurationMs,
+    });
+    // PUT to the status subresource with the resourceVersion read: a concurrent signer conflicts
+    await hub.update(CertificateSigningRequestResource, { ...csr, status: { ...csr.status, certificate: Buffer.from(certificate).toString("base64") } }, "status");
+    io.log.info({ csr: key.name, signer: csr.spec.signerName }, "signed with the template's signing CA");
+  }
+  return done;
+}
+
+type Found = { cluster: string; addon: string; template: AddOnTemplate };
+
+// The framework's filters: an add-on CSR (name addon-…, both labels) of a template add-on managed by
+// the addon-manager, whose cluster and ManagedClusterAddOn exist.
+async function findAddon(hub: KubeClient, csr: CertificateSigningRequest): Promise<Found | { skip: string }> {
+  const cluster = csr.metadata.labels?.[ClusterLabel.ClusterName];
+  const addon = csr.metadata.labels?.[AddOnLabel.AddonName];
+  if (!cluster || !addon) return { skip: "not an add-on CSR" };
+  if (!csr.metadata.name.startsWith("addon")) return { skip: "add-on CSR names start with addon" };
+  const [mc, mca, cma] = await Promise.all([
+    hub.get<ManagedCluster>(ManagedClusterResource, cluster),
+    hub.get<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, addon, cluster),
+    hub.get<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource, addon),
+  ]);
+  if (!mc) return { skip: `cluster ${cluster} does not exist` };
+  if (!mca) return { skip: `add-on ${addon} is not enabled on ${cluster}` };
+  if (!cma) return { skip: `no ClusterManagementAddOn ${addon}` };
+  if (cma.metadata.annotations?.[AddOnAnnotation.Lifecycle] === AddOnLifecycle.Self) return { skip: "the add-on approves its own CSRs" };
+  const ref = (mca.status?.configReferences ?? []).find((r) => (r.group ?? "") === AddOnGroup && r.resource === AddOnConfigResource.AddOnTemplates);
+  if (!ref?.desiredConfig?.specHash) return { skip: "the add-on has no desired AddOnTemplate yet" };
+  const template = await hub.get<AddOnTemplate>(AddOnTemplateResource, ref.desiredConfig.name);
+  if (!template) return { skip: `addontemplate ${ref.desiredConfig.name} not found` };
+  return { cluster, addon, template };
+}
+
+export type Approval = { approve: "kube-client" | "custom-signer" } | { skip: string };
+
+// ocm's template approve check: the registration of the CSR's signer decides. A kubeClient CSR needs
+// addon-framework's DefaultCSRApprover: two or three organizations including both default groups, the
+// default user as CN, and a requester of the cluster. OCM approves custom-signer CSRs of a registered
+// signer from anyone; here the requester must be of the cluster too. "Of the cluster" is the prefix
+// system:open-cluster-management:<c> followed by ":" (OCM's bare prefix would let cluster c1's agent
+// ask for c10's add-ons).
+export function decideApproval(csr: CertificateSigningRequest, found: Found, request: RequestInfo): Approval {
+  const { cluster, addon, template } = found;
+  const signer = csr.spec.signerName;
+  const requester = csr.spec.username ?? "";
+  const ofCluster = requester.startsWith(`${clusterSubjectPrefix(cluster)}:`);
+  const registrations = template.spec.registration ?? [];
+  if (signer === KubeAPIServerClientSignerName) {
+    if (!registrations.some((r) => r.type === "KubeClient")) return { skip: "the template registers no kubeClient" };
+    if ("unreadable" in request) return { skip: `unreadable request: ${request.unreadable}` };
+    const orgs = new Set(request.organizations);
+    if (orgs.size !== 2 && orgs.size !== 3) return { skip: `org count is ${orgs.size}, expected 2 or 3` };
+    const missing = addonGroups(cluster, addon).find((g) => !orgs.has(g));
+    if (missing) return { skip: `requesting orgs do not contain ${missing}` };
+    const user = addonAgentUser(cluster, addon, templateAgentName(addon));
+    if (request.commonName !== user) return { skip: `common name ${request.commonName} is not ${user}` };
+    if (!ofCluster) return { skip: `illegal requester ${requester} for cluster ${cluster}` };
+    return { approve: "kube-client" };
+  }
+  if (!customSignerOf(template, signer)) return { skip: `the template registers no signer ${signer}` };
+  if (!ofCluster) return { skip: `illegal requester ${requester} for cluster ${cluster}` };
+  return { approve: "custom-signer" };
+}
+
+function customSignerOf(template: AddOnTemplate, signer: string) {
+  return (template.spec.registration ?? []).find((r) => r.type === "CustomSigner" && r.customSigner?.signerName === signer)?.customSigner;
+}
+
+const conditionsOf = (csr: CertificateSigningRequest) => csr.status?.conditions ?? [];
+// OCM: Denied wins over Approved.
+export const isDenied = (csr: CertificateSigningRequest) => conditionsOf(csr).some((c) => c.type === CsrConditionType.Denied);
+export const isApproved = (csr: CertificateSigningRequest) => !isDenied(csr) && conditionsOf(csr).some((c) => c.type === CsrConditionType.Approved);
+// kube-controller-manager signs the kube-apiserver-client signer; every other one is the template's.
+export const awaitsCustomSignature = (csr: CertificateSigningRequest) => !csr.status?.certificate && csr.spec.signerName !== KubeAPIServerClientSignerName;
+
+async function approve(hub: KubeClient, csr: CertificateSigningRequest, now: Date): Promise<CertificateSigningRequest> {
+  const approved = { type: CsrConditionType.Approved, status: "True", reason: CsrApproval.Reason, message: CsrApproval.AddonAgentMessage, lastUpdateTime: rfc3339(now) };
+  return hub.update<CertificateSigningRequest>(CertificateSigningRequestResource, { ...csr, status: { ...csr.status, conditions: [...conditionsOf(csr), approved] } }, "approval");
+}
