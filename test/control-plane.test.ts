@@ -175,6 +175,25 @@ describe("controllers that make it a real cluster", () => {
   });
 });
 
+describe("our Kubernetes client", () => {
+  it("keeps one connection working across every verb, a DELETE with a body included", async () => {
+    const { KubeClient } = await import("../shared/kube/client.ts");
+    const { SecretResource, NamespaceResource } = await import("../shared/api/kube.ts");
+    const client = KubeClient.fromKubeconfig(local.get("spoke").adminKubeconfig);
+    try {
+      const name = `s-${suffix()}`;
+      expect(await client.delete(SecretResource, name, "default")).toBe(false); // 404 answered, body sent
+      expect((await client.get(NamespaceResource, "default"))?.metadata.name).toBe("default");
+      await client.create(SecretResource, { metadata: { name, namespace: "default" } });
+      expect(await client.delete(SecretResource, name, "default")).toBe(true);
+      expect((await client.get(NamespaceResource, "default"))?.metadata.name).toBe("default");
+      expect(await client.get(SecretResource, name, "default")).toBeUndefined();
+    } finally {
+      client.close();
+    }
+  });
+});
+
 describe("process hygiene", () => {
   it("leaves no process behind when the process that started the clusters is killed", async () => {
     const script = join(mkdtempSync(join(tmpdir(), "cp-")), "start.ts");

@@ -62,6 +62,9 @@ export class KubeClient {
   async request<T = unknown>(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<T> {
     const opts = await this.options(method, path, body === undefined ? undefined : contentType);
     const payload = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
+    // Node neither chunks nor measures a DELETE body: without a length, on a kept-alive connection
+    // the body would be read as the start of the next request.
+    if (payload !== undefined) opts.headers = { ...opts.headers, "Content-Length": Buffer.byteLength(payload) };
     return new Promise<T>((resolve, reject) => {
       const req = request(opts, (res) => {
         const chunks: Buffer[] = [];
@@ -96,6 +99,9 @@ export class KubeClient {
       headers: { Accept: "application/json", ...(contentType ? { "Content-Type": contentType } : {}) },
     };
     await this.kubeConfig.applyToHTTPSOptions(opts);
+    // client-node puts a fresh agent on every request, which would make each call a new TLS
+    // handshake; the credentials stay in the request options, so our keep-alive pool can carry them.
+    if (!this.kubeConfig.getCurrentCluster()?.proxyUrl) opts.agent = this.agent;
     return opts;
   }
 

@@ -50,7 +50,8 @@ export function classifyError(err: unknown): ErrorClass {
   const code = statusCodeOf(err);
   if (code === undefined) {
     const net = err as { code?: unknown };
-    return typeof net?.code === "string" && /^(E[A-Z]+|UND_ERR)/.test(net.code) ? "transient" : "unknown";
+    // System errors (ECONNREFUSED, ECONNRESET, ETIMEDOUT...) and undici's; not Node's ERR_* usage errors.
+    return typeof net?.code === "string" && /^(E[A-Z]+$|UND_ERR_)/.test(net.code) ? "transient" : "unknown";
   }
   if (err instanceof KubeError && err.reason === "AlreadyExists") return "already-exists";
   switch (code) {
