@@ -1,13 +1,20 @@
 // `npm run bench [name...]`: runs the benchmarks (all, or the named ones) and prints their figures.
 import { controlPlane } from "./control-plane.ts";
 import { join } from "./join.ts";
+import { heartbeat } from "./heartbeat.ts";
+import { work } from "./work.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-const benches: Bench[] = [controlPlane, join];
+const benches: Bench[] = [controlPlane, join, heartbeat, work];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.
 process.setMaxListeners(0);
+// The functions' runtime turns an uncaught exception into a silent exit(0); say what it was first.
+process.on("uncaughtException", (err) => {
+  process.stderr.write(`uncaught: ${err.stack ?? err}\n`);
+  process.exitCode = 1;
+});
 
 const wanted = process.argv.slice(2);
 for (const b of benches.filter((x) => wanted.length === 0 || wanted.includes(x.name))) {

@@ -12,7 +12,14 @@ type Handle = (context: unknown, event?: unknown) => Promise<unknown>;
 export async function startFunctionServer(handle: Handle, shutdown?: () => Promise<void>): Promise<FunctionServer> {
   const port = await freePort();
   const server: Server = await faas.start({ handle, ...(shutdown ? { shutdown } : {}) } as never, { port, logLevel: "silent" } as never);
-  return { url: `http://127.0.0.1:${port}/`, close: () => new Promise<void>((r) => server.close(() => r())) };
+  // closeAllConnections: a relay that stopped mid-delivery leaves kept-alive connections that would
+  // otherwise hold close() for the runtime's 72 s keep-alive.
+  const close = () =>
+    new Promise<void>((r) => {
+      server.close(() => r());
+      server.closeAllConnections();
+    });
+  return { url: `http://127.0.0.1:${port}/`, close };
 }
 
 export function startFunction<C>(spec: FunctionSpec<C>, io: Io<C>, shutdown?: () => Promise<void>): Promise<FunctionServer> {

@@ -1,0 +1,438 @@
+// The spoke's work agent (OCM §7): a ManifestWork in the cluster's namespace on the hub is applied to
+// this cluster, recorded in an AppliedManifestWork that owns what it applied, reported back in the
+// work's status, and cleaned up when manifests or the work go. Every run recomputes from the hub work
+// and spoke state; the AppliedManifestWork's status is the memory of what was applied.
+import { createHash } from "node:crypto";
+import { isDeepStrictEqual } from "node:util";
+import { z } from "zod";
+import type { ApiResource, Condition, OwnerReference } from "../../shared/api/meta.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
+import {
+  AppliedManifestWorkResource,
+  ManifestReason,
+  ManifestWorkResource,
+  WorkConditionType,
+  WorkFinalizer,
+  WorkGroup,
+  type AppliedManifestWork,
+  type ManifestConfigOption,
+  type ManifestWork,
+} from "../../shared/api/work.ts";
+import { addFinalizer, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
+import { findCondition, isTrue, setCondition } from "../../shared/conditions.ts";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
+import { commaList } from "../../shared/settings.ts";
+import { refusal, DEFAULT_MANIFEST_LIMIT_BYTES } from "./admission.ts";
+import { applyManifest, apiMessage, IgnoreFieldError, ServerSideApplyConflictError } from "./apply.ts";
+import { deleteAppliedResources, sortApplied, untracked, type AppliedResource } from "./cleanup.ts";
+import { resolver, splitApiVersion, type Resolver } from "./discovery.ts";
+import { readFeedback } from "./feedback.ts";
+import { findManifestConfig, type ResourceMeta } from "./manifest-config.ts";
+import { applyOrder, applyRank, UNLISTED_RANK } from "./order.ts";
+import { appliedWorkOwner, isOwnedByTheWork, removalOf } from "./ownership.ts";
+import { compactMeta, deletingCondition, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
+
+export const ConfigSchema = z.object({
+  managementCluster: z.string().min(1), // where the agent runs and applies: the spoke itself (no Hosted mode)
+  hubCluster: z.string().min(1).default("hub"), // the `cluster` name hub events carry
+  clusterName: z.string().min(1),
+  agentNamespace: z.string().default(AgentNamespaceDefault),
+  bootstrapSecret: z.string().default(BootstrapSecretName),
+  hubSecret: z.string().default(HubKubeconfigSecretName),
+  agentID: z.string().min(1).optional(), // OCM's --agent-id; default the hub hash, as OCM's
+  manifestLimitBytes: z.number().int().positive().default(DEFAULT_MANIFEST_LIMIT_BYTES),
+  rawFeedbackJsonString: z.boolean().default(false), // feature gate RawFeedbackJsonString
+  maxJsonRawLength: z.number().int().positive().default(1024), // --max-json-raw-length
+  // OCM's status controller reads every applied object this often (--status-sync-interval, 10 s).
+  statusSyncIntervalMs: z.number().int().positive().default(10_000),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  const gates = Object.fromEntries(commaList.parse(env.WORK_FEATURE_GATES).map((kv) => kv.split("=", 2) as [string, string]));
+  return ConfigSchema.parse({
+    managementCluster: env.OCM_CLUSTER_NAME || "spoke",
+    hubCluster: env.OCM_HUB_CLUSTER_NAME || undefined,
+    clusterName: env.SPOKE_CLUSTER_NAME,
+    agentNamespace: env.AGENT_NAMESPACE || undefined,
+    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
+    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    agentID: env.AGENT_ID || undefined,
+    manifestLimitBytes: env.WORK_MANIFEST_LIMIT_BYTES ? Number(env.WORK_MANIFEST_LIMIT_BYTES) : undefined,
+    rawFeedbackJsonString: gates.RawFeedbackJsonString === "true",
+    maxJsonRawLength: env.MAX_JSON_RAW_LENGTH ? Number(env.MAX_JSON_RAW_LENGTH) : undefined,
+    statusSyncIntervalMs: env.STATUS_SYNC_INTERVAL_SECONDS ? Number(env.STATUS_SYNC_INTERVAL_SECONDS) * 1000 : undefined,
+  });
+}
+
+// OCM's HubHash: lowercase hex sha256 of the hub server URL exactly as the hub kubeconfig writes it.
+export const hubHashOf = (server: string) => createHash("sha256").update(server).digest("hex");
+export const appliedWorkName = (hubHash: string, work: string) => `${hubHash}-${work}`;
+const APPLIED_NAME = /^[0-9a-f]{64}-(.+)$/;
+
+const PENDING_DELETION_RECHECK_MS = 1_000;
+const MIN_ERROR_RECHECK_MS = 1_000;
+const MAX_ERROR_RECHECK_MS = 300_000;
+
+type Work = ManifestWork & KubeObject;
+type Applied = AppliedManifestWork & KubeObject;
+type Ctx = { io: Io<Config>; hub: KubeClient; spoke: KubeClient; now: Date; hubHash: string };
+
+export const spec: FunctionSpec<Config> = {
+  name: "work-applier",
+  keys(event, io) {
+    const c = io.config;
+    const keyOf = (name: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name });
+    if (event.type === "tick") return keysOnTick(io);
+    const { kind, name, namespace, apiVersion } = event.ref;
+    if (splitApiVersion(apiVersion).group !== WorkGroup) return { skip: `not a work object: ${kind} ${apiVersion}` };
+    if (kind === ManifestWorkResource.kind) {
+      if (event.cluster !== c.hubCluster) return { skip: `ManifestWork on ${event.cluster}, not on the hub ${c.hubCluster}` };
+      if (namespace !== c.clusterName) return { skip: `ManifestWork in namespace ${namespace}, not cluster ${c.clusterName}'s` };
+      return [keyOf(name)];
+    }
+    if (kind === AppliedManifestWorkResource.kind) {
+      if (event.cluster !== c.managementCluster) return { skip: `AppliedManifestWork on ${event.cluster}, not on ${c.managementCluster}` };
+      const m = APPLIED_NAME.exec(name);
+      return m ? [keyOf(m[1]!)] : { skip: `AppliedManifestWork ${name} is not named <hubHash>-<work>` };
+    }
+    return { skip: `not a ManifestWork or AppliedManifestWork: ${kind}` };
+  },
+  reconcile,
+};
+
+// A resync covers every work of the cluster, and every AppliedManifestWork of this hub (one whose work
+// is gone may still be finishing its cleanup).
+async function keysOnTick(io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const c = io.config;
+  const spoke = io.cluster(c.managementCluster);
+  const got = await bootstrappedHubClient(spoke, c, io.clock.now());
+  if (!("hub" in got)) return { skip: `not bootstrapped: ${got.reason}` };
+  try {
+    const prefix = `${hubHashOf(got.hub.kubeConfig.getCurrentCluster()!.server)}-`;
+    const [works, applied] = await Promise.all([got.hub.list(ManifestWorkResource, { namespace: c.clusterName }), spoke.list(AppliedManifestWorkResource)]);
+    const names = new Set([...works.items.map((w) => w.metadata.name!), ...applied.items.map((a) => a.metadata.name!).filter((n) => n.startsWith(prefix)).map((n) => n.slice(prefix.length))]);
+    return [...names].map((name) => ({ cluster: c.hubCluster, namespace: c.clusterName, name }));
+  } finally {
+    got.hub.close();
+  }
+}
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const c = io.config;
+  const now = io.clock.now();
+  const spoke = io.cluster(c.managementCluster);
+  const got = await bootstrappedHubClient(spoke, c, now);
+  if (!("hub" in got)) {
+    io.log.info({ reason: got.reason }, "skipped: not bootstrapped");
+    return done;
+  }
+  const { hub } = got;
+  try {
+    const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.kubeConfig.getCurrentCluster()!.server) };
+    const [work, applied] = await Promise.all([
+      hub.get<Work>(ManifestWorkResource, key.name, key.namespace ?? c.clusterName),
+      spoke.get<Applied>(AppliedManifestWorkResource, appliedWorkName(ctx.hubHash, key.name)),
+    ]);
+    if (!work || work.metadata.deletionTimestamp) return await finalizeWork(ctx, { name: key.name, work, applied });
+    let current = applied;
+    if (current?.metadata.deletionTimestamp) {
+      // Deleted under a live work: clean up what it owned first; a new one is made and applied after.
+      current = await finalizeApplied(ctx, current);
+      if (current) return { recheckInMs: PENDING_DELETION_RECHECK_MS };
+    }
+    return await applyWork(ctx, work, current);
+  } finally {
+    hub.close();
+  }
+}
+
+// §7.4: Deleting=True, delete the AppliedManifestWork, and once its finalizer has dealt with every
+// resource it recorded, let the work go.
+async function finalizeWork(ctx: Ctx, { name, work, applied }: { name: string; work?: Work; applied?: Applied }): Promise<Outcome> {
+  const { io, hub, spoke } = ctx;
+  if (!work) {
+    // An AppliedManifestWork whose work is gone is evicted by OCM after a grace period (not done here);
+    // one already being deleted is finished.
+    if (!applied?.metadata.deletionTimestamp) return done;
+    return (await finalizeApplied(ctx, applied)) ? { recheckInMs: PENDING_DELETION_RECHECK_MS } : done;
+  }
+  if (!work.metadata.finalizers?.includes(WorkFinalizer.ManifestWorkCleanup)) return done;
+  let current: Work = work;
+  let left = applied;
+  if (left) {
+    const status = { ...work.status, conditions: setCondition(work.status?.conditions, { ...deletingCondition, observedGeneration: work.metadata.generation }, ctx.now) };
+    current = (await patchStatusIfChanged(hub, ManifestWorkResource, work, normalized(status))) ?? work;
+    if (!left.metadata.deletionTimestamp) {
+      await spoke.delete(AppliedManifestWorkResource, left.metadata.name!);
+      io.log.info({ work: name, applied: left.metadata.name }, "work deleted: deleting its AppliedManifestWork");
+      left = await spoke.get<Applied>(AppliedManifestWorkResource, left.metadata.name!);
+    }
+    if (left) left = await finalizeApplied(ctx, left);
+    if (left) return { recheckInMs: PENDING_DELETION_RECHECK_MS };
+  }
+  await removeFinalizer(hub, ManifestWorkResource, current, WorkFinalizer.ManifestWorkCleanup);
+  io.log.info({ work: name }, "work finalizer removed: everything it applied is cleaned up");
+  return done;
+}
+
+// The AppliedManifestWork finalizer: returns the object while it still exists (resources terminating,
+// or someone else's finalizer), undefined once it is gone.
+async function finalizeApplied(ctx: Ctx, applied: Applied): Promise<Applied | undefined> {
+  const { io, spoke } = ctx;
+  if (!applied.metadata.finalizers?.includes(WorkFinalizer.AppliedManifestWorkCleanup)) return applied;
+  const records = applied.status?.appliedResources ?? [];
+  const { pending, errors, done: dealt } = await deleteAppliedResources(spoke, records, appliedWorkOwner(applied));
+  logDisposals(io, applied.metadata.name!, dealt);
+  const current = (await patchStatusIfChanged(spoke, AppliedManifestWorkResource, applied, normalized({ ...applied.status, appliedResources: pending }))) ?? applied;
+  throwFirst(io, applied.metadata.name!, errors);
+  if (pending.length > 0) {
+    io.log.info({ applied: applied.metadata.name, pending: pending.length }, "waiting for applied resources to terminate");
+    return current;
+  }
+  await removeFinalizer(spoke, AppliedManifestWorkResource, current, WorkFinalizer.AppliedManifestWorkCleanup);
+  return spoke.get<Applied>(AppliedManifestWorkResource, applied.metadata.name!);
+}
+
+async function applyWork(ctx: Ctx, original: Work, existingApplied: Applied | undefined): Promise<Outcome> {
+  const { io, hub, spoke, now } = ctx;
+  const c = io.config;
+  // OCM adds the finalizer first, so nothing is applied that deletion could not clean up.
+  const work = await addFinalizer(hub, ManifestWorkResource, original, WorkFinalizer.ManifestWorkCleanup);
+  if (isTrue(work.status?.conditions, WorkConditionType.Complete)) return done; // a completed work gets no updates
+  const generation = work.metadata.generation ?? 0;
+  const manifests = (work.spec?.workload?.manifests ?? []) as KubeObject[];
+
+  const refused = refusal(manifests, c.manifestLimitBytes);
+  if (refused) {
+    io.log.warn({ work: work.metadata.name, reason: refused }, "refused: the ManifestWork webhook would reject this work");
+    const status = { ...work.status, conditions: setCondition(work.status?.conditions, refusedCondition(refused, generation), now) };
+    await patchStatusIfChanged(hub, ManifestWorkResource, work, normalized(status));
+    return done;
+  }
+
+  const applied = await ensureAppliedWork(ctx, work, existingApplied);
+  const results = await applyAll(ctx, work, applied, resolver(spoke));
+  const outcomes = await Promise.all(results.map((r) => observe(ctx, r)));
+
+  // Record what is applied now before reporting, and delete what no longer is.
+  const tracked = trackedResources(outcomes);
+  let pending: AppliedResource[] = [];
+  let cleanupErrors: unknown[] = [];
+  if (tracked) {
+    const owner = appliedWorkOwner(applied);
+    const gone = untracked(applied.status?.appliedResources ?? [], tracked);
+    const cleanup = await deleteAppliedResources(spoke, gone, owner);
+    ({ pending, errors: cleanupErrors } = cleanup);
+    logDisposals(io, applied.metadata.name!, cleanup.done);
+    const appliedResources = sortApplied([...tracked, ...pending]);
+    await patchStatusIfChanged(spoke, AppliedManifestWorkResource, applied, normalized({ ...applied.status, appliedResources }));
+  } else {
+    io.log.info({ work: work.metadata.name }, "applied resources not recorded: some manifest's object could not be told (unknown kind or failed read); nothing is pruned this time");
+  }
+
+  const manifestsStatus = manifestStatuses({ previous: work.status?.resourceStatus?.manifests, outcomes: outcomes.map((o) => o.outcome), generation, now });
+  const conditions = workConditions({ previous: work.status?.conditions, manifests: manifestsStatus, generation, now });
+  const status = { ...work.status, conditions, resourceStatus: { ...work.status?.resourceStatus, manifests: manifestsStatus } };
+  const patched = await patchStatusIfChanged(hub, ManifestWorkResource, work, normalized(status));
+  io.log.info({ work: work.metadata.name, generation, manifests: manifests.length, applied: findCondition(conditions, WorkConditionType.Applied)?.status, statusWritten: !!patched }, "work reconciled");
+  throwFirst(io, applied.metadata.name!, cleanupErrors);
+  return nextCheck(ctx, { results, observed: outcomes, conditions, pendingDeletion: pending.length > 0 });
+}
+
+// The AppliedManifestWork OCM keeps: spec {hubHash, agentID, manifestWorkName}, the work's labels, and
+// the finalizer that deletes what it applied.
+async function ensureAppliedWork(ctx: Ctx, work: Work, existing: Applied | undefined): Promise<Applied> {
+  const { spoke, hubHash, io } = ctx;
+  const name = appliedWorkName(hubHash, work.metadata.name!);
+  const spec = { hubHash, agentID: io.config.agentID ?? hubHash, manifestWorkName: work.metadata.name! };
+  const labels = work.metadata.labels ?? {};
+  if (!existing) {
+    try {
+      return await spoke.create<Applied>(AppliedManifestWorkResource, { metadata: { name, labels, finalizers: [WorkFinalizer.AppliedManifestWorkCleanup] }, spec });
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+      // lost a race with another run: carry on with what it made
+      const made = await spoke.get<Applied>(AppliedManifestWorkResource, name);
+      if (!made) throw err;
+      return ensureAppliedWork(ctx, work, made);
+    }
+  }
+  const finalizers = existing.metadata.finalizers ?? [];
+  const haveLabels = existing.metadata.labels ?? {};
+  const sameLabels = isDeepStrictEqual(haveLabels, labels);
+  if (isDeepStrictEqual(existing.spec, spec) && sameLabels && finalizers.includes(WorkFinalizer.AppliedManifestWorkCleanup)) return existing;
+  const labelPatch = sameLabels ? undefined : { ...Object.fromEntries(Object.keys(haveLabels).map((k) => [k, null])), ...labels };
+  return spoke.patch<Applied>(AppliedManifestWorkResource, name, {
+    metadata: {
+      resourceVersion: existing.metadata.resourceVersion,
+      ...(labelPatch ? { labels: labelPatch } : {}),
+      ...(finalizers.includes(WorkFinalizer.AppliedManifestWorkCleanup) ? {} : { finalizers: [...finalizers, WorkFinalizer.AppliedManifestWorkCleanup] }),
+    },
+    spec,
+  });
+}
+
+type ApplyResult = {
+  resourceMeta: ResourceMeta;
+  resource?: ApiResource;
+  option?: ManifestConfigOption;
+  live?: KubeObject; // the object after applying, when the apply got that far
+  liveKnown: boolean; // whether `live` is the answer (ReadOnly's undefined means missing)
+  applied: AppliedOutcome;
+  retry?: boolean; // a write conflict, tried again at once
+  hardError?: boolean; // counts as a failure to retry later (SSA conflicts do not, as in OCM)
+};
+
+const CONFLICT_ATTEMPTS = 4; // OCM's retry.DefaultBackoff steps
+const SAME_RANK_CONCURRENCY = 8;
+
+// Manifests rank by rank in OCM's kind order (§7.2 step 3); conflicts are retried as OCM's
+// RetryOnConflict does. OCM applies one at a time; here the built-in kinds of one rank (config maps,
+// secrets, deployments...) do not depend on each other and go concurrently, while kinds OCM does not
+// list (custom resources, which may) keep their spec order one by one.
+async function applyAll(ctx: Ctx, work: Work, applied: Applied, resolve: Resolver): Promise<ApplyResult[]> {
+  const manifests = (work.spec?.workload?.manifests ?? []) as KubeObject[];
+  const kinds = manifests.map((m) => (typeof m?.kind === "string" && typeof m?.apiVersion === "string" ? m.kind : undefined));
+  const results: (ApplyResult | undefined)[] = new Array(manifests.length);
+  const owner = appliedWorkOwner(applied);
+  const applyAt = async (i: number) => {
+    if (!results[i] || results[i]!.retry) results[i] = await applyOne(ctx, { work, manifest: manifests[i]!, ordinal: i, owner, resolve });
+  };
+  for (let attempt = 1; attempt <= CONFLICT_ATTEMPTS; attempt++) {
+    for (const { rank, indexes } of rankGroups(applyOrder(kinds), kinds)) {
+      if (rank < UNLISTED_RANK) await eachLimited(indexes, SAME_RANK_CONCURRENCY, applyAt);
+      else for (const i of indexes) await applyAt(i);
+    }
+    if (!results.some((r) => r!.retry)) break;
+  }
+  return results as ApplyResult[];
+}
+
+function rankGroups(order: readonly number[], kinds: readonly (string | undefined)[]): { rank: number; indexes: number[] }[] {
+  const groups: { rank: number; indexes: number[] }[] = [];
+  for (const i of order) {
+    const rank = applyRank(kinds[i]);
+    if (groups.at(-1)?.rank !== rank) groups.push({ rank, indexes: [] });
+    groups.at(-1)!.indexes.push(i);
+  }
+  return groups;
+}
+
+async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await fn(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
+function failed(message: string, reason: typeof ManifestReason.AppliedManifestFailed | typeof ManifestReason.AppliedManifestSSAIgnoreFieldError = ManifestReason.AppliedManifestFailed): AppliedOutcome {
+  return { ok: false, reason, message: reason === ManifestReason.AppliedManifestFailed ? `Failed to apply manifest: ${message}` : `Failed to process ignoreFields: ${message}` };
+}
+
+type OneManifest = { work: Work; manifest: KubeObject; ordinal: number; owner: OwnerReference; resolve: Resolver };
+
+async function applyOne(ctx: Ctx, { work, manifest, ordinal, owner, resolve }: OneManifest): Promise<ApplyResult> {
+  const meta = (manifest?.metadata ?? {}) as { name?: string; namespace?: string };
+  if (typeof manifest?.apiVersion !== "string" || typeof manifest?.kind !== "string") {
+    return { resourceMeta: { ordinal }, liveKnown: false, applied: failed("Object 'Kind' is missing in manifest"), hardError: true };
+  }
+  const { group, version } = splitApiVersion(manifest.apiVersion);
+  const resourceMeta: ResourceMeta = { ordinal, group, version, kind: manifest.kind, name: meta.name ?? "", namespace: meta.namespace ?? "" };
+  let resource;
+  try {
+    resource = await resolve.resourceFor(manifest.apiVersion, manifest.kind);
+  } catch (err) {
+    return { resourceMeta, liveKnown: false, applied: failed(apiMessage(err)), hardError: true };
+  }
+  if (!resource) return { resourceMeta, liveKnown: false, applied: failed(`the server doesn't have a resource type "${manifest.kind}"`), hardError: true };
+  resourceMeta.resource = resource.plural;
+  if (!resource.namespaced) resourceMeta.namespace = "";
+
+  const owned = isOwnedByTheWork({ group, resource: resource.plural, namespace: resourceMeta.namespace ?? "", name: resourceMeta.name ?? "" }, work.spec?.deleteOption);
+  const option = findManifestConfig(resourceMeta, work.spec?.manifestConfigs);
+  const strategy = option?.updateStrategy ?? { type: "Update" as const };
+  // A UID in a manifest would fail the write's precondition; OCM drops it.
+  const { uid: _uid, ...metadata } = manifest.metadata ?? {};
+  const required: KubeObject = { ...manifest, metadata };
+  try {
+    const live = await applyManifest({ spoke: ctx.spoke, resource, required, owner: owned ? owner : removalOf(owner), strategy });
+    return { resourceMeta, resource, option, live, liveKnown: true, applied: { ok: true } };
+  } catch (err) {
+    if (err instanceof ServerSideApplyConflictError) return { resourceMeta, resource, option, liveKnown: false, applied: failed(err.message) };
+    if (err instanceof IgnoreFieldError) return { resourceMeta, resource, option, liveKnown: false, applied: failed(err.message, ManifestReason.AppliedManifestSSAIgnoreFieldError), hardError: true };
+    const kind = classifyError(err);
+    ctx.io.log.warn({ work: work.metadata.name, manifest: resourceMeta, error: err instanceof Error ? err.message : String(err) }, "manifest not applied");
+    return { resourceMeta, resource, option, liveKnown: false, applied: failed(apiMessage(err)), retry: kind === "conflict" || kind === "already-exists", hardError: true };
+  }
+}
+
+type Observed = { outcome: ManifestOutcome; live?: KubeObject; readFailed: boolean; result: ApplyResult };
+
+// The status side of §7.3: what is live now, and the feedback the rules read from it.
+async function observe(ctx: Ctx, r: ApplyResult): Promise<Observed> {
+  const c = ctx.io.config;
+  const base = { resourceMeta: compactMeta(r.resourceMeta), applied: r.applied };
+  if (!r.resource || !r.resourceMeta.name) return { outcome: { ...base, read: { state: "incomplete" } }, readFailed: true, result: r };
+  let live = r.live;
+  if (!r.liveKnown) {
+    try {
+      live = await ctx.spoke.get(r.resource, r.resourceMeta.name, r.resourceMeta.namespace || undefined);
+    } catch (err) {
+      return { outcome: { ...base, read: { state: "failed", message: apiMessage(err) } }, readFailed: true, result: r };
+    }
+  }
+  const read: ReadOutcome = live
+    ? { state: "found", feedback: readFeedback(live, r.option?.feedbackRules, { rawFeedbackJsonString: c.rawFeedbackJsonString, maxJsonRawLength: c.maxJsonRawLength }) }
+    : { state: "missing" };
+  return { outcome: { ...base, read }, live, readFailed: false, result: r };
+}
+
+// What the AppliedManifestWork records now, or undefined when some manifest's object cannot be told
+// (unknown kind, failed read): then nothing is pruned, as OCM aborts on such errors.
+function trackedResources(observed: readonly Observed[]): AppliedResource[] | undefined {
+  if (observed.some((o) => o.readFailed)) return undefined;
+  return observed
+    .filter((o) => o.live)
+    .map((o) => {
+      const m = o.result.resourceMeta;
+      return normalized({ group: m.group || undefined, version: m.version!, resource: m.resource!, namespace: m.namespace || undefined, name: m.name!, uid: o.live!.metadata.uid });
+    });
+}
+
+// The next look: soon while deletions are pending, with a backoff (from how long Applied has been
+// False) while manifests fail, at the status interval while feedback or availability can move without
+// an event we see; otherwise the resync tick is enough.
+function nextCheck(ctx: Ctx, { results, observed, conditions, pendingDeletion }: { results: readonly ApplyResult[]; observed: readonly Observed[]; conditions: readonly Condition[]; pendingDeletion: boolean }): Outcome {
+  const c = ctx.io.config;
+  const waits: number[] = [];
+  if (pendingDeletion) waits.push(PENDING_DELETION_RECHECK_MS);
+  if (results.some((r) => r.hardError)) {
+    const since = findCondition(conditions, WorkConditionType.Applied)?.lastTransitionTime;
+    const age = since ? ctx.now.getTime() - Date.parse(since) : 0;
+    waits.push(Math.min(MAX_ERROR_RECHECK_MS, Math.max(MIN_ERROR_RECHECK_MS, age)));
+  }
+  const watching = results.some((r) => (r.option?.feedbackRules?.length ?? 0) > 0) || observed.some((o) => o.outcome.read.state !== "found");
+  if (watching) waits.push(c.statusSyncIntervalMs);
+  return waits.length > 0 ? { recheckInMs: Math.min(...waits) } : done;
+}
+
+function logDisposals(io: Io<Config>, applied: string, dealt: readonly { record: AppliedResource; disposal: string }[]): void {
+  for (const d of dealt) if (d.disposal !== "gone") io.log.info({ applied, resource: d.record, disposal: d.disposal }, "applied resource no longer kept by this work");
+}
+
+// After the status that records what is left has been written: every failure is logged, the first one
+// is thrown as it came (so the harness answers 503 to what a retry can fix).
+function throwFirst(io: Io<Config>, applied: string, errors: readonly unknown[]): void {
+  for (const err of errors) io.log.warn({ applied, error: err instanceof Error ? err.message : String(err) }, "cleanup failed: will retry");
+  if (errors.length > 0) throw errors[0];
+}
+
+// JSON as the API server returns it (no undefined members), so comparisons with what was read hold.
+function normalized<T>(v: T): T {
+  return JSON.parse(JSON.stringify(v)) as T;
+}
