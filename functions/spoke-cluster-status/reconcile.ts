@@ -1,14 +1,23 @@
 // The spoke agent's ManagedCluster status (OCM §5.3): ordered steps on a copy of the status, patched
-// once at the end and only when something changed. Issue order matters: a cluster the hub has not
-// accepted gets nothing written.
+// once at the end and only when something changed. Order matters: a cluster the hub has not accepted
+// gets nothing written, and an API server failing its health check has no resources or claims to report.
+import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
-import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ClusterEventReason } from "../../shared/api/health.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
-import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDefault, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
+import { findCondition } from "../../shared/conditions.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { recordEvent, type EventType } from "../../shared/kube/event-recorder.ts";
+import { mergePatchFrom } from "../../shared/merge-patch.ts";
+import { commaList } from "../../shared/settings.ts";
+import { available } from "./steps/available.ts";
+import { claims } from "./steps/claims.ts";
 import { joined } from "./steps/joined.ts";
+import { resources } from "./steps/resources.ts";
 
 export const ConfigSchema = z.object({
   managementCluster: z.string().min(1),
@@ -16,6 +25,10 @@ export const ConfigSchema = z.object({
   agentNamespace: z.string().default(AgentNamespaceDefault),
   bootstrapSecret: z.string().default(BootstrapSecretName),
   hubSecret: z.string().default(HubKubeconfigSecretName),
+  // OCM's --max-custom-cluster-claims
+  maxCustomClusterClaims: z.int().min(0).default(MaxCustomClusterClaimsDefault),
+  // OCM's --reserved-cluster-claim-suffixes: claims named with one of these endings count as reserved
+  reservedClaimSuffixes: z.array(z.string().min(1)).default([]),
 });
 export type Config = z.infer<typeof ConfigSchema>;
 
@@ -26,14 +39,22 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
     agentNamespace: env.AGENT_NAMESPACE || undefined,
     bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
     hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    maxCustomClusterClaims: env.MAX_CUSTOM_CLUSTER_CLAIMS ? Number(env.MAX_CUSTOM_CLUSTER_CLAIMS) : undefined,
+    reservedClaimSuffixes: commaList.parse(env.RESERVED_CLUSTER_CLAIM_SUFFIXES),
   });
 }
 
-type Status = NonNullable<ManagedCluster["status"]>;
-export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config> };
-export type Step = (draft: Status, ctx: StepContext) => "continue" | "stop" | Promise<"continue" | "stop">;
+export type Status = NonNullable<ManagedCluster["status"]>;
+// An event for the hub, recorded in namespace <cluster> about the ManagedCluster once the status is settled.
+export type Notice = { type: EventType; reason: string; message: string };
+export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config>; notices: Notice[] };
+// A recheck also ends the chain: the step could not decide yet and wants to be called again that soon.
+export type StepResult = "continue" | "stop" | { stopAndRecheckInMs: number };
+export type Step = (draft: Status, ctx: StepContext) => StepResult | Promise<StepResult>;
 
-const steps: Step[] = [joined];
+// OCM's order: availability before resources and claims, because a failing API server has nothing
+// trustworthy to report; nothing at all until the hub has accepted the cluster.
+const steps: readonly Step[] = [joined, available, resources, claims];
 
 export const spec: FunctionSpec<Config> = {
   name: "spoke-cluster-status",
@@ -44,6 +65,8 @@ export const spec: FunctionSpec<Config> = {
     const { kind, name, namespace } = event.ref;
     if (kind === "ManagedCluster" && name === c.clusterName) return [key];
     if (kind === "Secret" && namespace === c.agentNamespace && name === c.hubSecret) return [key];
+    // any node or claim on the spoke may change capacity, allocatable or the exposed claims
+    if ((kind === "Node" || kind === "ClusterClaim") && event.cluster === c.managementCluster) return [key];
     return { skip: `not this cluster's object: ${kind} ${namespace ?? ""}/${name}` };
   },
   reconcile,
@@ -62,11 +85,72 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   try {
     const cluster = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
     if (!cluster) return done;
-    const draft: Status = structuredClone(cluster.status ?? {});
-    for (const step of steps) if ((await step(draft, { now, hub, spoke, io })) === "stop") break;
-    await patchStatusIfChanged(hub, ManagedClusterResource, cluster, draft);
-    return done;
+    const before: Status = cluster.status ?? {};
+    const ctx: StepContext = { now, hub, spoke, io, notices: [] };
+    const draft: Status = structuredClone(before);
+    const ran = await runSteps(draft, ctx);
+    const after = JSON.parse(JSON.stringify(draft)) as Status; // a field a step set to undefined is gone
+    const changed = !isDeepStrictEqual(before, after);
+
+    if (findCondition(after.conditions, ManagedClusterConditionType.ClockSynced)?.status === "False") {
+      // OCM returns an error here and retries with backoff. Nothing on the spoke can change the hub's
+      // verdict, and the hub's next judgement updates the ManagedCluster, whose event calls us again,
+      // so a retry would only repeat this line. The event marks a write actually withheld.
+      io.log.warn({ cluster: c.clusterName, withheld: changed }, "status not written: the hub says the clocks are out of sync");
+      if (changed) ctx.notices.push({ type: "Normal", reason: SpokeStatusEventReason.ClockOutOfSync, message: ClockOutOfSyncMessage });
+    } else if (changed) {
+      const patch = mergePatchFrom(before, after) as Record<string, unknown>;
+      await hub.patch(ManagedClusterResource, c.clusterName, { metadata: { resourceVersion: cluster.metadata.resourceVersion }, status: patch }, { subresource: "status" });
+      io.log.info({ cluster: c.clusterName, fields: Object.keys(patch) }, "status written");
+      const notice = availabilityNotice(c.clusterName, before, after);
+      if (notice) ctx.notices.push(notice);
+    }
+    await recordNotices(io, hub, cluster, ctx);
+
+    // As OCM aggregates a step's error after patching what the steps before it settled.
+    if ("error" in ran) throw ran.error;
+    return ran.recheckInMs === undefined ? done : { recheckInMs: ran.recheckInMs };
   } finally {
     hub.close();
+  }
+}
+
+async function runSteps(draft: Status, ctx: StepContext): Promise<{ recheckInMs?: number } | { error: unknown }> {
+  for (const step of steps) {
+    let result: StepResult;
+    try {
+      result = await step(draft, ctx);
+    } catch (error) {
+      ctx.io.log.warn({ step: step.name, error: error instanceof Error ? error.message : String(error) }, "step failed: the chain stops, what came before is written");
+      return { error };
+    }
+    if (result === "stop") return {};
+    if (result !== "continue") return { recheckInMs: result.stopAndRecheckInMs };
+  }
+  return {};
+}
+
+// OCM tells the hub when the Available status it wrote changed to True or False (never for Unknown,
+// which is the hub's own verdict).
+export function availabilityNotice(cluster: string, before: Status, after: Status): Notice | undefined {
+  const was = findCondition(before.conditions, ManagedClusterConditionType.Available)?.status;
+  const is = findCondition(after.conditions, ManagedClusterConditionType.Available)?.status;
+  if (is === was) return undefined;
+  if (is === "True") return { type: "Normal", reason: ClusterEventReason.Available, message: availableEventMessage(cluster) };
+  if (is === "False") return { type: "Warning", reason: ClusterEventReason.Unavailable, message: unavailableEventMessage(cluster) };
+  return undefined;
+}
+
+// Events are best effort, as client-go's recorder makes them: a lost event must not undo or repeat
+// the status work, so a failure is logged and the reconcile goes on.
+async function recordNotices(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster & KubeObject, ctx: StepContext): Promise<void> {
+  const name = cluster.metadata.name;
+  const regarding = { apiVersion: `${ManagedClusterResource.group}/${ManagedClusterResource.version}`, kind: ManagedClusterResource.kind, name, uid: cluster.metadata.uid, namespace: name };
+  for (const [i, n] of ctx.notices.entries()) {
+    // Event names are <object>.<time>: one millisecond apart, two events of one reconcile keep their own names.
+    const at = new Date(ctx.now.getTime() + i);
+    await recordEvent(hub, { regarding, type: n.type, reason: n.reason, message: n.message, component: spec.name, now: at }).catch((err: unknown) =>
+      io.log.warn({ reason: n.reason, error: err instanceof Error ? err.message : String(err) }, "event not recorded"),
+    );
   }
 }

@@ -1,0 +1,33 @@
+// One GET against a cluster's API server that keeps what KubeClient.request turns into an error: the
+// status code, content type and body as they came, or the network failure. Health probes need them.
+import { request as httpRequest, type RequestOptions } from "node:http";
+import { request as httpsRequest } from "node:https";
+import type { KubeClient } from "./client.ts";
+
+export type RawAnswer = { status: number; contentType: string; body: string };
+export type RawFailure = { status: 0; url: string; error: string };
+
+export async function rawGet(client: KubeClient, path: string, o: { timeoutMs?: number } = {}): Promise<RawAnswer | RawFailure> {
+  const url = new URL(client.server + path);
+  const opts: RequestOptions = {
+    method: "GET",
+    protocol: url.protocol,
+    hostname: url.hostname,
+    port: url.port,
+    path: url.pathname + url.search,
+    headers: { Accept: "application/json, */*" },
+  };
+  await client.kubeConfig.applyToHTTPSOptions(opts);
+  const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+  return new Promise((resolve) => {
+    const req = send(opts, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers["content-type"] ?? ""), body: Buffer.concat(chunks).toString() }));
+      res.on("error", (err) => resolve({ status: 0, url: url.href, error: err.message }));
+    });
+    req.on("error", (err) => resolve({ status: 0, url: url.href, error: err.message }));
+    req.setTimeout(o.timeoutMs ?? 10_000, () => req.destroy(new Error(`no answer within ${o.timeoutMs ?? 10_000} ms`)));
+    req.end();
+  });
+}

@@ -1,0 +1,345 @@
+// spoke-cluster-status: Available from the spoke API server's own health endpoints (False only once
+// failures have lasted 20 s), version, capacity and allocatable from nodes, the exposed ClusterClaims,
+// and no write while the hub says the clocks are out of sync. One fleet: a hub and a spoke joined by
+// the real registration functions; then the spoke's relay stops and the tests call the function
+// themselves, under its own identity, with a clock they move.
+import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { startFleet, type Fleet } from "../../shared/local/fleet.ts";
+import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
+import { ClusterRoleBindingResource, ConfigMapResource, EventResource, NodeResource } from "../../shared/api/kube.ts";
+import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { AgentNamespaceDefault } from "../../shared/api/registration.ts";
+import { ClusterEventReason, ManagedClusterMessage } from "../../shared/api/health.ts";
+import { availableEventMessage, ClockOutOfSyncMessage, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
+import { findCondition, setCondition } from "../../shared/conditions.ts";
+import { manualClock, rfc3339, type Clock } from "../../shared/clock.ts";
+import { done, handleEvent, reconcileKey, serve, type Io } from "../../shared/harness.ts";
+import type { FunctionEvent } from "../../shared/events.ts";
+import { sumResourceLists } from "../../shared/quantity.ts";
+import { spec, ConfigSchema, type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
+import { failureDetail, probeKubeAPIServer, probeStateName } from "../../functions/spoke-cluster-status/steps/available.ts";
+import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { eventually } from "../support/eventually.ts";
+
+const CLUSTER = "c1";
+const { Available, ClockSynced, Joined } = ManagedClusterConditionType;
+const PROBE_ROLE = "open-cluster-management:functions:spoke-cluster-status:kube-apiserver-probe";
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+type Cluster = ManagedCluster & KubeObject;
+type ResourceList = Record<string, string>;
+
+let fleet: Fleet;
+let spokeAdmin: KubeClient;
+let fnKubeconfig: string;
+
+beforeAll(async () => {
+  fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true }], resyncMs: 2_000 });
+  await eventually(async () => expect(findCondition((await hubCluster())?.status?.conditions, Joined)?.status).toBe("True"), { timeoutMs: 45_000 });
+  // From here on the tests' calls are the function's only invocations for this cluster. The relay is
+  // stopped between deliveries: one cut off mid-request leaves a connection that the function
+  // server's close() (faas-js-runtime keeps connections alive for 72 s) waits for at the end.
+  const relay = fleet.relays.get(CLUSTER)!;
+  await eventually(() => expect(relay.status().sinks.every((s) => s.inFlight === 0 && s.pending === 0)).toBe(true), { intervalMs: 10 });
+  await fleet.stopRelay(CLUSTER);
+  spokeAdmin = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
+  fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name);
+});
+
+afterAll(async () => {
+  spokeAdmin?.close();
+  await fleet?.stop();
+});
+
+const key = { cluster: CLUSTER, name: CLUSTER };
+const ioWith = (o: { clock?: Clock; kubeconfig?: string; config?: Partial<Config> } = {}): Io<Config> =>
+  testIo({ [CLUSTER]: o.kubeconfig ?? fnKubeconfig }, ConfigSchema.parse({ managementCluster: CLUSTER, clusterName: CLUSTER, ...o.config }), o.clock ?? manualClock());
+const run = (io: Io<Config>) => reconcileKey(spec, io, key);
+
+const hubCluster = () => fleet.hub.get<Cluster>(ManagedClusterResource, CLUSTER);
+const statusOf = async (): Promise<Status> => (await hubCluster())?.status ?? {};
+const conditionOf = async (type: string) => findCondition((await statusOf()).conditions, type);
+const hubEvents = async (reason: string) =>
+  (await fleet.hub.list<KubeObject & { message?: string; type?: string }>(EventResource, { namespace: CLUSTER, fieldSelector: `reason=${reason}` })).items;
+
+// What a hub admin would do by hand: set the status to exactly this (PUT, so removed keys go).
+async function replaceHubStatus(change: (s: Status) => void): Promise<void> {
+  const c = (await hubCluster())!;
+  const status: Status = structuredClone(c.status ?? {});
+  change(status);
+  await fleet.hub.update(ManagedClusterResource, { ...c, status }, "status");
+}
+
+type NodeSpec = { capacity: ResourceList; allocatable: ResourceList; unschedulable?: boolean };
+
+// No kubelet runs on the test spoke: nodes are created bare and given a status through the subresource.
+async function createNodes(nodes: Record<string, NodeSpec>): Promise<string[]> {
+  const id = suffix();
+  const names: string[] = [];
+  for (const [name, n] of Object.entries(nodes)) {
+    const full = `${id}-${name}`;
+    await spokeAdmin.create(NodeResource, { metadata: { name: full }, spec: n.unschedulable ? { unschedulable: true } : {} });
+    await spokeAdmin.patch(NodeResource, full, { status: { capacity: n.capacity, allocatable: n.allocatable } }, { subresource: "status" });
+    names.push(full);
+  }
+  return names;
+}
+const deleteNodes = (names: readonly string[]) => Promise.all(names.map((n) => spokeAdmin.delete(NodeResource, n)));
+
+describe("quantities", () => {
+  // Node resources sum as apimachinery's Quantity.Add and String() would: the first operand's format.
+  it.each([
+    { values: ["2", "500m"], sum: "2500m" },
+    { values: ["100m", "900m"], sum: "1" },
+    { values: ["3.5"], sum: "3500m" },
+    { values: ["4Gi", "2Gi"], sum: "6Gi" },
+    { values: ["512Mi", "512Mi"], sum: "1Gi" },
+    { values: ["1Gi", "1024Ki"], sum: "1025Mi" },
+    { values: ["1.5Gi"], sum: "1536Mi" },
+    { values: ["1Ki", "1"], sum: "1025" },
+    { values: ["1", "1Gi"], sum: "1073741825" },
+    { values: ["0", "1Gi"], sum: "1Gi" },
+    { values: ["0.5Ki"], sum: "512" },
+    { values: ["1.5M"], sum: "1500k" },
+    { values: ["1e3", "1e3"], sum: "2e3" },
+    { values: ["0.1n"], sum: "1n" },
+    { values: ["110", "110", "10"], sum: "230" },
+  ])("sums $values to $sum", ({ values, sum }) => {
+    expect(sumResourceLists(values.map((v) => ({ memory: v })))).toEqual({ memory: sum });
+  });
+});
+
+describe("which events wake the function", () => {
+  const event = (cluster: string, kind: string, name: string, namespace?: string): FunctionEvent => ({ type: "object", verb: "update", cluster, ref: { apiVersion: "v1", kind, name, namespace } });
+  it.each([
+    { name: "a node on the spoke", event: event(CLUSTER, "Node", "n1"), wakes: true },
+    { name: "a ClusterClaim on the spoke", event: event(CLUSTER, "ClusterClaim", "id.k8s.io"), wakes: true },
+    { name: "a node on another cluster", event: event("hub", "Node", "n1"), wakes: false },
+    { name: "a ConfigMap on the spoke", event: event(CLUSTER, "ConfigMap", "x", AgentNamespaceDefault), wakes: false },
+  ])("$name wakes the cluster: $wakes", async ({ event, wakes }) => {
+    const keys = await spec.keys(event, ioWith());
+    expect(keys).toEqual(wakes ? [key] : { skip: expect.any(String) });
+  });
+});
+
+describe("availability", () => {
+  it("marks the cluster Available and writes the spoke API server's version", async () => {
+    const clock = manualClock();
+    expect(await run(ioWith({ clock }))).toEqual(done);
+    const status = await statusOf();
+    expect(findCondition(status.conditions, Available)).toMatchObject({ status: "True", reason: ManagedClusterReason.ManagedClusterAvailable, message: "Managed cluster is available" });
+    const version = await spokeAdmin.request<{ gitVersion: string }>("GET", "/version");
+    expect(status.version).toEqual({ kubernetes: version.gitVersion });
+  });
+
+  // The real API server answers 403 on /livez and on /healthz to an identity that holds the function's
+  // RBAC minus the health-endpoint grant, once the stock grants to every authenticated user are gone.
+  it("keeps Available through probe failures shorter than 20 s and writes False once they have lasted 20 s", async () => {
+    const clock = manualClock();
+    await run(ioWith({ clock }));
+    const availableBefore = await conditionOf(Available);
+    expect(availableBefore?.status).toBe("True");
+    const denied = ioWith({ clock, kubeconfig: await probeDeniedIdentity() });
+
+    await withoutStockHealthGrants(denied, async () => {
+      const rv = (await hubCluster())!.metadata.resourceVersion;
+      const first = await handleEvent(spec, denied, tickEvent());
+      expect(first).toMatchObject({ statusCode: 204, headers: { "x-recheck-after-ms": "5000" } });
+      expect((await hubCluster())!.metadata.resourceVersion).toBe(rv);
+      const streak = await spokeAdmin.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, probeStateName(CLUSTER), AgentNamespaceDefault);
+      expect(streak?.data?.firstFailureTime).toBe(clock.now().toISOString());
+
+      clock.advance(19_000);
+      expect(await run(denied)).toEqual({ recheckInMs: 1_000 });
+      expect(await conditionOf(Available)).toEqual(availableBefore);
+
+      clock.advance(1_000);
+      expect(await run(denied)).toEqual(done);
+      expect(await conditionOf(Available)).toEqual({
+        type: Available,
+        status: "False",
+        reason: ManagedClusterReason.ManagedClusterKubeAPIServerUnavailable,
+        // client-go's text for a 403 whose body is JSON, which OCM prints
+        message: "The kube-apiserver is not ok, status code: 403, unknown",
+        lastTransitionTime: rfc3339(clock.now()),
+      });
+    });
+    expect((await hubEvents(ClusterEventReason.Unavailable)).map((e) => [e.type, e.message])).toContainEqual(["Warning", unavailableEventMessage(CLUSTER)]);
+
+    clock.advance(1_000);
+    expect(await run(ioWith({ clock }))).toEqual(done);
+    expect(await conditionOf(Available)).toMatchObject({ status: "True", reason: ManagedClusterReason.ManagedClusterAvailable, lastTransitionTime: rfc3339(clock.now()) });
+    expect(await spokeAdmin.get(ConfigMapResource, probeStateName(CLUSTER), AgentNamespaceDefault)).toBeUndefined();
+    expect((await hubEvents(ClusterEventReason.Available)).map((e) => [e.type, e.message])).toContainEqual(["Normal", availableEventMessage(CLUSTER)]);
+  });
+});
+
+describe("the kube-apiserver's answer in the condition", () => {
+  // OCM prints client-go's error for the answer, which quotes the body only when it is text.
+  it.each([
+    {
+      name: "a failing /livez quotes the checks it lists",
+      answer: { status: 500, contentType: "text/plain; charset=utf-8", body: "[+]ping ok\n[-]etcd failed: reason withheld\nlivez check failed\n" },
+      detail: 'an error on the server ("[+]ping ok\\n[-]etcd failed: reason withheld\\nlivez check failed") has prevented the request from succeeding',
+    },
+    { name: "a refusal with a JSON Status reads unknown", answer: { status: 403, contentType: "application/json", body: '{"kind":"Status","code":403}' }, detail: "unknown" },
+    { name: "an unauthenticated client is asked for credentials", answer: { status: 401, contentType: "application/json", body: "{}" }, detail: "the server has asked for the client to provide credentials" },
+    { name: "an overloaded server is unable to handle the request", answer: { status: 503, contentType: "text/plain", body: "busy" }, detail: "the server is currently unable to handle the request" },
+    { name: "an unreachable server gives the connection error", answer: { status: 0 as const, url: "https://127.0.0.1:1/livez", error: "connect ECONNREFUSED 127.0.0.1:1" }, detail: 'Get "https://127.0.0.1:1/livez": connect ECONNREFUSED 127.0.0.1:1' },
+  ])("$name", ({ answer, detail }) => {
+    expect(failureDetail(answer)).toBe(detail);
+  });
+});
+
+// The function's own RBAC from its manifest, but without the binding that grants /livez and /healthz.
+async function probeDeniedIdentity(): Promise<string> {
+  const kubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name, "-probe-denied");
+  await spokeAdmin.delete(ClusterRoleBindingResource, `${PROBE_ROLE}-probe-denied`);
+  return kubeconfig;
+}
+
+// Stock clusters let every authenticated user read the health endpoints; these bindings are emptied
+// for the duration and put back after.
+async function withoutStockHealthGrants(denied: Io<Config>, body: () => Promise<void>): Promise<void> {
+  const names = ["system:discovery", "system:public-info-viewer"];
+  const saved = await Promise.all(names.map((n) => spokeAdmin.get<KubeObject & { subjects?: unknown[] }>(ClusterRoleBindingResource, n)));
+  try {
+    for (const b of saved) await spokeAdmin.update(ClusterRoleBindingResource, { ...b!, subjects: [] });
+    // RBAC reaches the authorizer through an informer: wait until the API server refuses.
+    await eventually(async () => expect(await probeKubeAPIServer(denied.cluster(CLUSTER))).toMatchObject({ ok: false, statusCode: 403 }));
+    await body();
+  } finally {
+    for (const b of saved) {
+      const now = (await spokeAdmin.get<KubeObject>(ClusterRoleBindingResource, b!.metadata.name!))!;
+      await spokeAdmin.update(ClusterRoleBindingResource, { ...now, subjects: b!.subjects });
+    }
+  }
+}
+
+describe("resources", () => {
+  const a: NodeSpec = { capacity: { cpu: "2", memory: "4Gi", pods: "110", "ephemeral-storage": "100Gi" }, allocatable: { cpu: "1500m", memory: "3584Mi", pods: "110" } };
+  const b: NodeSpec = { capacity: { cpu: "500m", memory: "2Gi", pods: "110" }, allocatable: { cpu: "500m", memory: "1536Mi", pods: "110" } };
+  const cordoned: NodeSpec = { capacity: { cpu: "1", memory: "1024Ki", pods: "10" }, allocatable: { cpu: "1", memory: "1024Ki", pods: "10" }, unschedulable: true };
+
+  type Row = { name: string; given: { nodes: Record<string, NodeSpec>; capacity?: ResourceList; allocatable?: ResourceList }; then: { capacity: ResourceList; allocatable: ResourceList } };
+  it.each<Row>([
+    {
+      name: "sums capacity over every node and allocatable over the schedulable ones",
+      given: { nodes: { a, b, c: cordoned } },
+      then: { capacity: { cpu: "3500m", memory: "6145Mi", pods: "230", "ephemeral-storage": "100Gi" }, allocatable: { cpu: "2", memory: "5Gi", pods: "220" } },
+    },
+    {
+      name: "keeps capacity entries no node reports, which other writers may add",
+      given: { nodes: { a }, capacity: { "example.com/gpu": "4" } },
+      then: { capacity: { ...a.capacity, "example.com/gpu": "4" }, allocatable: a.allocatable },
+    },
+    {
+      name: "drops allocatable entries no schedulable node reports any more",
+      given: { nodes: { a }, allocatable: { "hugepages-2Mi": "4Mi", cpu: "64" } },
+      then: { capacity: a.capacity, allocatable: a.allocatable },
+    },
+  ])("$name", async ({ given, then }) => {
+    await replaceHubStatus((s) => {
+      s.capacity = given.capacity;
+      s.allocatable = given.allocatable;
+    });
+    const nodes = await createNodes(given.nodes);
+    try {
+      expect(await run(ioWith())).toEqual(done);
+      const status = await statusOf();
+      expect(status.capacity).toEqual(then.capacity);
+      expect(status.allocatable).toEqual(then.allocatable);
+    } finally {
+      await deleteNodes(nodes);
+    }
+  });
+});
+
+describe("claims", () => {
+  const claim = (name: string, value: string, spokeOnly = false) => ({ name, value, spokeOnly });
+  it.each([
+    {
+      name: "exposes every claim but the spoke-only ones, reserved names and suffixes first",
+      given: {
+        config: { reservedClaimSuffixes: ["reserved.example.com"] },
+        claims: [claim("b-team", "blue"), claim("id.k8s.io", "c1-id"), claim("a-zone", "east"), claim("site.reserved.example.com", "lab"), claim("platform.open-cluster-management.io", "Other"), claim("local.example.com", "hidden", true)],
+      },
+      then: {
+        claims: [
+          { name: "id.k8s.io", value: "c1-id" },
+          { name: "platform.open-cluster-management.io", value: "Other" },
+          { name: "site.reserved.example.com", value: "lab" },
+          { name: "a-zone", value: "east" },
+          { name: "b-team", value: "blue" },
+        ],
+        truncated: undefined,
+      },
+    },
+    {
+      name: "exposes at most the configured number of custom claims and says how many were left out",
+      given: {
+        config: { maxCustomClusterClaims: 3 },
+        claims: [claim("c-5", "5"), claim("c-4", "4"), claim("c-3", "3"), claim("c-2", "2"), claim("c-1", "1"), claim("id.k8s.io", "c1-id")],
+      },
+      then: {
+        claims: [
+          { name: "id.k8s.io", value: "c1-id" },
+          { name: "c-1", value: "1" },
+          { name: "c-2", value: "2" },
+          { name: "c-3", value: "3" },
+        ],
+        truncated: "5 cluster claims are found. It exceeds the max number of custom cluster claims (3). 2 custom cluster claims are not exposed.",
+      },
+    },
+  ])("$name", async ({ given, then }) => {
+    for (const c of given.claims)
+      await spokeAdmin.create(ClusterClaimResource, { metadata: { name: c.name, labels: c.spokeOnly ? { [ClusterLabel.SpokeOnly]: "" } : undefined }, spec: { value: c.value } });
+    try {
+      expect(await run(ioWith({ config: given.config }))).toEqual(done);
+      expect((await statusOf()).clusterClaims).toEqual(then.claims);
+      const notes = (await hubEvents(SpokeStatusEventReason.CustomClusterClaimsTruncated)).map((e) => e.message);
+      if (then.truncated) expect(notes).toContain(then.truncated);
+    } finally {
+      await Promise.all(given.claims.map((c) => spokeAdmin.delete(ClusterClaimResource, c.name)));
+    }
+  });
+});
+
+describe("clock", () => {
+  it("writes nothing while the hub says the clocks are out of sync, and records that it held back", async () => {
+    const clock = manualClock();
+    await run(ioWith({ clock }));
+    const outOfSync = { type: ClockSynced, status: "False", reason: ManagedClusterReason.ManagedClusterClockOutOfSync, message: ManagedClusterMessage.ClockOutOfSync } as const;
+    await replaceHubStatus((s) => (s.conditions = setCondition(s.conditions, outOfSync, clock.now())));
+    const nodes = await createNodes({ big: { capacity: { cpu: "64" }, allocatable: { cpu: "63" } } }); // something to write
+    try {
+      const rv = (await hubCluster())!.metadata.resourceVersion;
+      expect(await run(ioWith({ clock }))).toEqual(done);
+      const after = (await hubCluster())!;
+      expect(after.metadata.resourceVersion).toBe(rv);
+      expect(after.status?.capacity?.cpu).not.toBe("64");
+      expect((await hubEvents(SpokeStatusEventReason.ClockOutOfSync)).map((e) => e.message)).toContain(ClockOutOfSyncMessage);
+    } finally {
+      await replaceHubStatus((s) => (s.conditions = s.conditions?.filter((c) => c.type !== ClockSynced)));
+      await deleteNodes(nodes);
+    }
+  });
+});
+
+describe("through the function runtime", () => {
+  it("sums a new node's resources when the node's event arrives over HTTP", async () => {
+    const io = ioWith();
+    const server = await startFunctionServer(serve(spec, () => io));
+    const [node] = await createNodes({ solo: { capacity: { cpu: "8", memory: "32Gi" }, allocatable: { cpu: "7500m", memory: "30Gi" } } });
+    try {
+      const reply = await postEvent(server.url, objectEvent({ cluster: CLUSTER, object: { apiVersion: "v1", kind: "Node", metadata: { name: node! } }, verb: "add", mode: "ref" }));
+      expect(reply.status).toBe(204);
+      const status = await statusOf();
+      expect(status.capacity).toMatchObject({ cpu: "8", memory: "32Gi" });
+      expect(status.allocatable).toEqual({ cpu: "7500m", memory: "30Gi" });
+    } finally {
+      await server.close();
+      await deleteNodes([node!]);
+    }
+  });
+});
