@@ -3,6 +3,7 @@
 import { isDeepStrictEqual } from "node:util";
 import { parseAllDocuments } from "yaml";
 import { resourceOfKind } from "./api/kinds.ts";
+import { mergePatchFrom } from "./merge-patch.ts";
 import type { ApiResource } from "./api/meta.ts";
 import type { KubeClient, KubeObject } from "./kube/client.ts";
 import { isAlreadyExists } from "./kube/errors.ts";
@@ -32,10 +33,12 @@ export async function createOrUpdate<T extends KubeObject>(client: KubeClient, r
   return client.update(r, next);
 }
 
-// Merge-patches status when it differs; the patch carries resourceVersion so it is optimistic.
+// Merge-patches status when it differs, removed keys as null so maps shrink too; the patch carries
+// resourceVersion so it is optimistic.
 export async function patchStatusIfChanged<T extends KubeObject & { status?: unknown }>(client: KubeClient, r: ApiResource, before: T, status: T["status"]): Promise<T | undefined> {
   if (isDeepStrictEqual(before.status ?? {}, status ?? {})) return undefined;
-  return client.patch<T>(r, before.metadata.name!, { metadata: { resourceVersion: before.metadata.resourceVersion }, status }, { namespace: before.metadata.namespace, subresource: "status" });
+  const patch = { metadata: { resourceVersion: before.metadata.resourceVersion }, status: mergePatchFrom(before.status ?? {}, status ?? {}) };
+  return client.patch<T>(r, before.metadata.name!, patch, { namespace: before.metadata.namespace, subresource: "status" });
 }
 
 export async function addFinalizer<T extends KubeObject>(client: KubeClient, r: ApiResource, obj: T, finalizer: string): Promise<T> {

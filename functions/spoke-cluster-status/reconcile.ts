@@ -8,11 +8,11 @@ import { ClusterEventReason } from "../../shared/api/health.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDefault, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition } from "../../shared/conditions.ts";
+import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { recordEvent, type EventType } from "../../shared/kube/event-recorder.ts";
-import { mergePatchFrom } from "../../shared/merge-patch.ts";
 import { commaList } from "../../shared/settings.ts";
 import { available } from "./steps/available.ts";
 import { claims } from "./steps/claims.ts";
@@ -99,9 +99,8 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
       io.log.warn({ cluster: c.clusterName, withheld: changed }, "status not written: the hub says the clocks are out of sync");
       if (changed) ctx.notices.push({ type: "Normal", reason: SpokeStatusEventReason.ClockOutOfSync, message: ClockOutOfSyncMessage });
     } else if (changed) {
-      const patch = mergePatchFrom(before, after) as Record<string, unknown>;
-      await hub.patch(ManagedClusterResource, c.clusterName, { metadata: { resourceVersion: cluster.metadata.resourceVersion }, status: patch }, { subresource: "status" });
-      io.log.info({ cluster: c.clusterName, fields: Object.keys(patch) }, "status written");
+      await patchStatusIfChanged(hub, ManagedClusterResource, { ...cluster, status: before }, after);
+      io.log.info({ cluster: c.clusterName }, "status written");
       const notice = availabilityNotice(c.clusterName, before, after);
       if (notice) ctx.notices.push(notice);
     }

@@ -1,5 +1,6 @@
 // Kubernetes Events (core/v1) that functions record about the objects they reconcile, named and
 // stamped as client-go's recorder does, with time from the injected clock.
+import { randomInt } from "node:crypto";
 import { EventResource } from "../api/kube.ts";
 import { rfc3339 } from "../clock.ts";
 import type { KubeClient, KubeObject } from "./client.ts";
@@ -17,8 +18,9 @@ export type EventRecord = {
   now: Date;
 };
 
-// client-go names events <object>.<unix nanoseconds in hex>; one name per object and instant.
-export const eventName = (objectName: string, now: Date) => `${objectName}.${(BigInt(now.getTime()) * 1_000_000n).toString(16)}`;
+// client-go names events <object>.<unix nanoseconds in hex>. Our clock has milliseconds, so the
+// nanoseconds within one are drawn at random: two events in the same millisecond keep both.
+export const eventName = (objectName: string, now: Date) => `${objectName}.${(BigInt(now.getTime()) * 1_000_000n + BigInt(randomInt(1_000_000))).toString(16)}`;
 
 // The API server wants involvedObject.namespace to equal the event's namespace (or be empty for an
 // event in "default"), so an event about a cluster-scoped object stored in a namespace names that
