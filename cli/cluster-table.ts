@@ -1,6 +1,7 @@
-// The `kubectl get managedclusters` table, for `ocmf get clusters` and the live view of `npm start`.
+// The tables of `ocmf get` and of the live view of `npm start`: kubectl's columns for OCM's kinds.
 import { ManagedClusterResource, ManagedClusterConditionType, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition } from "../shared/conditions.ts";
+import { ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
 
 export async function clusterTable(hub: KubeClient, now = new Date()): Promise<string> {
@@ -17,9 +18,7 @@ export async function clusterTable(hub: KubeClient, now = new Date()): Promise<s
       age(now.getTime() - created),
     ];
   });
-  const header = ["NAME", "HUB ACCEPTED", "MANAGED CLUSTER URLS", "JOINED", "AVAILABLE", "AGE"];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  return [header, ...rows].map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join("   ").trimEnd()).join("\n");
+  return table(["NAME", "HUB ACCEPTED", "MANAGED CLUSTER URLS", "JOINED", "AVAILABLE", "AGE"], rows);
 }
 
 function age(ms: number): string {
@@ -27,4 +26,31 @@ function age(ms: number): string {
   if (s < 120) return `${s}s`;
   if (s < 7200) return `${Math.floor(s / 60)}m`;
   return `${Math.floor(s / 3600)}h`;
+}
+
+// What `kubectl get managedclusters -o wide` does not show: version, capacity and taints per cluster.
+export async function clusterDetails(hub: KubeClient): Promise<string> {
+  const { items } = await hub.list<ManagedCluster & KubeObject>(ManagedClusterResource);
+  const rows = items.map((mc) => [
+    mc.metadata.name ?? "",
+    mc.status?.version?.kubernetes ?? "",
+    `${mc.status?.capacity?.cpu ?? ""}/${mc.status?.allocatable?.cpu ?? ""}`,
+    `${mc.status?.capacity?.memory ?? ""}/${mc.status?.allocatable?.memory ?? ""}`,
+    (mc.spec?.taints ?? []).map((t) => t.key.split("/").pop()).join(",") || "-",
+  ]);
+  return table(["CLUSTER", "VERSION", "CPU (CAPACITY/ALLOCATABLE)", "MEMORY (CAPACITY/ALLOCATABLE)", "TAINTS"], rows);
+}
+
+// `kubectl get managedclusteraddons -A`: the printer columns of OCM's CRD.
+export async function addonTable(hub: KubeClient): Promise<string> {
+  const { items } = await hub.list<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ManagedClusterAddOnV1alpha1Resource);
+  if (!items.length) return "";
+  const status = (a: (typeof items)[number], t: string) => a.status?.conditions?.find((c) => c.type === t)?.status ?? "";
+  const rows = items.map((a) => [a.metadata.namespace ?? "", a.metadata.name ?? "", status(a, "Available"), status(a, "Degraded"), status(a, "Progressing")]);
+  return table(["NAMESPACE", "NAME", "AVAILABLE", "DEGRADED", "PROGRESSING"], rows);
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  return [header, ...rows].map((r) => r.map((cell, i) => cell.padEnd(widths[i]!)).join("   ").trimEnd()).join("\n");
 }

@@ -40,6 +40,8 @@ export const ConfigSchema = z.object({
   externalServerUrls: z.array(z.url()).default([]),
   clusterAnnotations: z.record(z.string(), z.string()).default({}),
   clientCertExpirationSeconds: z.number().int().min(3600).optional(),
+  // spec.leaseDurationSeconds of the ManagedCluster it creates (OCM's CRD default is 60)
+  leaseDurationSeconds: z.number().int().nonnegative().default(60),
   // how long to wait before looking at a pending CSR again when no event arrives
   pendingRecheckMs: z.number().int().positive().default(5_000),
 });
@@ -143,7 +145,7 @@ async function ensureManagedCluster({ io, c, hub, spoke }: Registration): Promis
     const existing = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
     if (!existing) {
       const annotations = Object.fromEntries(Object.entries(c.clusterAnnotations).filter(([k]) => k.startsWith(AgentAnnotationPrefix)));
-      await hub.create(ManagedClusterResource, { metadata: { name: c.clusterName, annotations }, spec: { hubAcceptsClient: false, managedClusterClientConfigs: clientConfigs, leaseDurationSeconds: 60 } });
+      await hub.create(ManagedClusterResource, { metadata: { name: c.clusterName, annotations }, spec: { hubAcceptsClient: false, managedClusterClientConfigs: clientConfigs, leaseDurationSeconds: c.leaseDurationSeconds } });
       io.log.info({ cluster: c.clusterName }, "created the ManagedCluster");
     } else if ((existing.spec?.managedClusterClientConfigs?.length ?? 0) !== clientConfigs.length) {
       await hub.update(ManagedClusterResource, { ...existing, spec: { hubAcceptsClient: false, ...existing.spec, managedClusterClientConfigs: clientConfigs } });

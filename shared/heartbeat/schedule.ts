@@ -23,6 +23,10 @@ export function jitteredPeriodMs(durationMs: number, random: () => number): numb
   return Math.round(durationMs * (1 + JitterFactor * random()));
 }
 
+// OCM starts its lease updater the moment its informer sees the cluster accepted. Without a watch,
+// a sidecar that is not yet bootstrapped or accepted looks again this often, not a whole period later.
+export const NotReadyRecheckMs = 2_000;
+
 // failures ≥ 1 in a row: 1 s, 2 s, 4 s … never longer than the period, so a hub that comes back is
 // renewed within one lease duration.
 export function retryDelayMs(failures: number, periodMs: number): number {

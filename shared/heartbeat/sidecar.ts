@@ -11,7 +11,7 @@ import { classifyError } from "../kube/errors.ts";
 import { RebootstrapRequiredMessage, serveHealth, type Health, type HealthEndpoint } from "./health.ts";
 import { hubConnections, type ConnectionState } from "./hub-connection.ts";
 import { renewLease, type Lease } from "./lease.ts";
-import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "./schedule.ts";
+import { jitteredPeriodMs, leaseDurationMs, NotReadyRecheckMs, realWait, retryDelayMs, type Wait } from "./schedule.ts";
 
 export type HeartbeatOptions = {
   spoke: KubeClient; // the management cluster, where the agent's secrets live; the caller owns it
@@ -115,7 +115,8 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
       s.lastRenewTime = b.renewTime;
     }
     s.failuresInARow = b.kind === "unreachable" ? s.failuresInARow + 1 : 0;
-    s.nextWaitMs = b.kind === "unreachable" ? retryDelayMs(s.failuresInARow, s.leaseDurationMs) : jitteredPeriodMs(s.leaseDurationMs, random);
+    const period = jitteredPeriodMs(s.leaseDurationMs, random);
+    s.nextWaitMs = b.kind === "unreachable" ? retryDelayMs(s.failuresInARow, s.leaseDurationMs) : b.kind === "skipped" ? Math.min(period, NotReadyRecheckMs) : period;
     // Log what changed, not every period.
     if (b.kind === "unreachable") o.log.warn({ cluster, reason: b.reason, retryInMs: s.nextWaitMs }, "unreachable: backing off");
     else if (b.kind !== before?.kind || ("reason" in b && "reason" in before && b.reason !== before.reason)) {

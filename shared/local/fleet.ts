@@ -1,6 +1,7 @@
 // Local mode: a hub and spokes on real control planes, every function as a faas-js-runtime server under
-// its own identity, and the relays that feed them: one on the hub, one per spoke (as production runs a
-// ContainerSource on each cluster). Used by `npm start`, the end-to-end tests and the benchmarks.
+// its own identity, the relays that feed them (one on the hub, one per spoke, as production runs a
+// ContainerSource on each cluster), and each spoke's heartbeat sidecar. Used by `npm start`, the
+// end-to-end tests and the benchmarks.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { startClusters, type LocalClusters } from "../control-plane/clusters.ts";
@@ -10,16 +11,33 @@ import { clientsFromKubeconfigs } from "../kube/clients.ts";
 import { applyManifests } from "../apply.ts";
 import { jsonLog, type FunctionSpec, type Io } from "../harness.ts";
 import { systemClock, type Clock } from "../clock.ts";
-import { SecretResource, CertificateSigningRequestResource, NamespaceResource } from "../api/kube.ts";
-import { ManagedClusterResource, ClusterLabel } from "../api/cluster.ts";
-import { AgentNamespaceDefault, BootstrapSecretName } from "../api/registration.ts";
+import { SecretResource, CertificateSigningRequestResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../api/kube.ts";
+import { ManagedClusterResource, ClusterLabel, ClusterClaimResource, ManagedClusterLeaseName, PlacementResource, PlacementDecisionResource } from "../api/cluster.ts";
+import {
+  ClusterManagementAddOnV1alpha1Resource,
+  ManagedClusterAddOnV1alpha1Resource,
+  AddOnTemplateResource,
+  AddOnDeploymentConfigV1alpha1Resource,
+} from "../api/addon.ts";
+import { ManifestWorkResource, AppliedManifestWorkResource } from "../api/work.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, AddonNameLabel } from "../api/registration.ts";
 import { startRelay, type Relay, type RelayOptions } from "../relay/relay.ts";
 import { hubCredentialsFromAgentSecrets } from "../relay/config.ts";
+import { startHeartbeat, type Heartbeat } from "../heartbeat/sidecar.ts";
+import type { ApiResource } from "../api/meta.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
+import { createNodes } from "./nodes.ts";
 import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
 import * as clusterAcceptor from "../../functions/cluster-acceptor/reconcile.ts";
+import * as leaseMonitor from "../../functions/cluster-lease-monitor/reconcile.ts";
+import * as clusterTaints from "../../functions/cluster-taints/reconcile.ts";
+import * as addonInstaller from "../../functions/addon-installer/reconcile.ts";
+import * as addonManager from "../../functions/addon-manager/reconcile.ts";
+import * as addonCsrApprover from "../../functions/addon-csr-approver/reconcile.ts";
+import * as addonClusterLabel from "../../functions/addon-cluster-label/reconcile.ts";
 import * as spokeRegistration from "../../functions/spoke-registration/reconcile.ts";
 import * as spokeClusterStatus from "../../functions/spoke-cluster-status/reconcile.ts";
+import * as workApplier from "../../functions/work-applier/reconcile.ts";
 
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
 
@@ -28,6 +46,10 @@ export type SpokeOptions = { name: string; autoApprove: boolean; controlPlane?: 
 export type FleetOptions = {
   spokes: readonly SpokeOptions[];
   resyncMs?: number; // relay ticks; functions also ask to be called back through x-recheck-after-ms
+  leaseDurationSeconds?: number; // of the ManagedClusters the spokes create (OCM's default 60)
+  leaseGraceMultiplier?: number; // the hub lease monitor's grace, in lease durations (OCM's 5)
+  heartbeats?: boolean; // run each spoke's heartbeat sidecar (default true)
+  nodes?: boolean; // create Node objects with capacity on each spoke, since no kubelet runs (default true)
   record?: (relay: string) => string | undefined; // a JSON-lines file per relay, when recording
   log?: (line: string) => void; // function and relay logs; default: nowhere
   clock?: Clock;
@@ -40,8 +62,11 @@ export type Fleet = {
   hub: KubeClient; // admin
   relays: Map<string, Relay>; // "hub" and each spoke's name
   functions: Map<string, string>; // "<cluster>/<function>" (also the relay's sink name) → URL
+  heartbeats: Map<string, Heartbeat>; // per spoke
   startRelay(name: string): Promise<void>;
   stopRelay(name: string): Promise<void>;
+  startHeartbeat(spoke: string): Promise<void>;
+  stopHeartbeat(spoke: string): Promise<void>;
   stop(): Promise<void>;
 };
 
@@ -56,12 +81,16 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const functions = new Map<string, string>();
   const relayOptions = new Map<string, RelayOptions>();
   const relays = new Map<string, Relay>();
+  const heartbeatStarters = new Map<string, () => Promise<Heartbeat>>();
+  const heartbeats = new Map<string, Heartbeat>();
+  const clients: KubeClient[] = [hub];
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      await Promise.all([...heartbeats.values()].map((h) => h.stop()));
       await Promise.all([...relays.values()].map((r) => r.stop()));
       await Promise.all(servers.map((s) => s.close()));
-      hub.close();
+      for (const c of clients) c.close();
       if (!o.clusters) await clusters.stop();
     })());
 
@@ -74,30 +103,49 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     functions.set(name, server.url);
     return { name, url: server.url };
   }
+  const relayTiming = { resync: { intervalMs: o.resyncMs ?? 10_000 } };
 
   await applyManifests(hub, readFileSync(join(manifests, "hub", "bootstrap-rbac.yaml"), "utf8"));
   const tokens = new Map<string, Awaited<ReturnType<typeof hubCluster.createBootstrapToken>>>();
   for (const s of o.spokes) tokens.set(s.name, await hubCluster.createBootstrapToken(["system:bootstrappers:managedcluster"]));
   const autoApprovalUsers = o.spokes.filter((s) => s.autoApprove).map((s) => tokens.get(s.name)!.user);
 
-  // Hub: the acceptor and the CSR approver, fed by the hub relay.
+  // Hub: registration, health and add-on functions, fed by the hub relay.
+  const hubSettings = { hubCluster: "hub", autoApprovalUsers };
+  const asHub = async (fn: string) => ({ hub: await identityFor(hubCluster, fn) });
   const hubSinks = await Promise.all([
-    serveFunction("hub", clusterAcceptor.spec, { hub: await identityFor(hubCluster, "cluster-acceptor") }, clusterAcceptor.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers })),
-    serveFunction("hub", csrApprover.spec, { hub: await identityFor(hubCluster, "csr-approver") }, csrApprover.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers })),
+    serveFunction("hub", clusterAcceptor.spec, await asHub("cluster-acceptor"), clusterAcceptor.ConfigSchema.parse(hubSettings)),
+    serveFunction("hub", csrApprover.spec, await asHub("csr-approver"), csrApprover.ConfigSchema.parse(hubSettings)),
+    serveFunction("hub", leaseMonitor.spec, await asHub("cluster-lease-monitor"), leaseMonitor.ConfigSchema.parse({ hubCluster: "hub", leaseGraceMultiplier: o.leaseGraceMultiplier })),
+    serveFunction("hub", clusterTaints.spec, await asHub("cluster-taints"), clusterTaints.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", addonInstaller.spec, await asHub("addon-installer"), addonInstaller.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", addonManager.spec, await asHub("addon-manager"), addonManager.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", addonCsrApprover.spec, await asHub("addon-csr-approver"), addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", addonClusterLabel.spec, await asHub("addon-cluster-label"), addonClusterLabel.ConfigSchema.parse({ hubCluster: "hub" })),
   ]);
+  const onHub = (resource: ApiResource, selectors: { fieldSelector?: string; labelSelector?: string } = {}) => ({ cluster: "hub", resource, mode: "Resource" as const, ...selectors });
   relayOptions.set("hub", {
     clusters: { hub: { kubeconfig: await identityFor(hubCluster, "relay-hub") } },
     sources: [
-      { cluster: "hub", resource: ManagedClusterResource, mode: "Resource" },
-      { cluster: "hub", resource: CertificateSigningRequestResource, mode: "Resource" },
+      onHub(ManagedClusterResource),
+      onHub(CertificateSigningRequestResource),
+      onHub(LeaseResource, { fieldSelector: `metadata.name=${ManagedClusterLeaseName}` }),
+      onHub(ClusterManagementAddOnV1alpha1Resource),
+      onHub(ManagedClusterAddOnV1alpha1Resource),
+      onHub(AddOnTemplateResource),
+      onHub(AddOnDeploymentConfigV1alpha1Resource),
+      onHub(PlacementResource),
+      onHub(PlacementDecisionResource),
+      onHub(ManifestWorkResource),
+      onHub(RoleBindingResource, { labelSelector: AddonNameLabel }),
     ],
     sinks: hubSinks,
-    resync: { intervalMs: o.resyncMs ?? 10_000 },
+    ...relayTiming,
     record: o.record?.("hub"),
   });
 
-  // Each spoke: its bootstrap secret, its registration and status functions, and its own relay that
-  // watches the hub with the spoke's credentials (bootstrap first, then the issued certificate).
+  // Each spoke: its bootstrap secret, its functions, its own relay that watches the hub with the spoke's
+  // credentials (bootstrap first, then the issued certificate), and its heartbeat sidecar.
   for (const s of o.spokes) {
     const plane = planeOf(s);
     const spoke = clusters.get(plane);
@@ -107,24 +155,37 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       metadata: { name: BootstrapSecretName, namespace: AgentNamespaceDefault },
       data: { kubeconfig: Buffer.from(tokens.get(s.name)!.kubeconfig).toString("base64") },
     });
+    if (o.nodes !== false) await createNodes(admin);
     admin.close();
     const common = { managementCluster: plane, clusterName: s.name };
+    const asSpoke = async (fn: string) => ({ [plane]: await identityFor(spoke, fn) });
     const sinks = await Promise.all([
-      serveFunction(s.name, spokeRegistration.spec, { [plane]: await identityFor(spoke, "spoke-registration") }, spokeRegistration.ConfigSchema.parse({ ...common, externalServerUrls: [spoke.url] })),
-      serveFunction(s.name, spokeClusterStatus.spec, { [plane]: await identityFor(spoke, "spoke-cluster-status") }, spokeClusterStatus.ConfigSchema.parse(common)),
+      serveFunction(s.name, spokeRegistration.spec, await asSpoke("spoke-registration"), spokeRegistration.ConfigSchema.parse({ ...common, externalServerUrls: [spoke.url], leaseDurationSeconds: o.leaseDurationSeconds })),
+      serveFunction(s.name, spokeClusterStatus.spec, await asSpoke("spoke-cluster-status"), spokeClusterStatus.ConfigSchema.parse(common)),
+      serveFunction(s.name, workApplier.spec, await asSpoke("work-applier"), workApplier.ConfigSchema.parse(common)),
     ]);
     relayOptions.set(s.name, {
       clusters: { [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault) },
       sources: [
         // Reference mode: a secret's data never travels in an event (nor into a recording).
         { cluster: plane, resource: SecretResource, namespace: AgentNamespaceDefault, mode: "Reference" },
+        { cluster: plane, resource: NodeResource, mode: "Reference" },
+        { cluster: plane, resource: ClusterClaimResource, mode: "Reference" },
+        { cluster: plane, resource: AppliedManifestWorkResource, mode: "Resource" },
         { cluster: "hub", resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${s.name}`, mode: "Resource" },
         { cluster: "hub", resource: ManagedClusterResource, fieldSelector: `metadata.name=${s.name}`, mode: "Resource" },
+        { cluster: "hub", resource: ManifestWorkResource, namespace: s.name, mode: "Resource" },
       ],
       sinks,
-      resync: { intervalMs: o.resyncMs ?? 10_000 },
+      ...relayTiming,
       record: o.record?.(s.name),
     });
+    if (o.heartbeats !== false) {
+      const sidecarClient = KubeClient.fromKubeconfig(await identityFor(spoke, "heartbeat"));
+      clients.push(sidecarClient);
+      const secrets = { agentNamespace: AgentNamespaceDefault, bootstrapSecret: BootstrapSecretName, hubSecret: HubKubeconfigSecretName, clusterName: s.name };
+      heartbeatStarters.set(s.name, () => startHeartbeat({ spoke: sidecarClient, secrets, log: log(`heartbeat-${s.name}`), clock }));
+    }
   }
 
   const startOne = async (name: string) => {
@@ -134,16 +195,28 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     relays.set(name, startRelay({ ...options, clock, log: log(`relay-${name}`) }));
   };
   if (o.relays !== false) for (const name of relayOptions.keys()) await startOne(name);
+  const startSidecar = async (spoke: string) => {
+    const start = heartbeatStarters.get(spoke);
+    if (!start) throw new Error(`no heartbeat sidecar for ${spoke}`);
+    if (!heartbeats.has(spoke)) heartbeats.set(spoke, await start());
+  };
+  for (const spoke of heartbeatStarters.keys()) await startSidecar(spoke);
 
   return {
     clusters,
     hub,
     relays,
     functions,
+    heartbeats,
     startRelay: startOne,
     async stopRelay(name) {
       await relays.get(name)?.stop();
       relays.delete(name);
+    },
+    startHeartbeat: startSidecar,
+    async stopHeartbeat(spoke) {
+      await heartbeats.get(spoke)?.stop();
+      heartbeats.delete(spoke);
     },
     stop,
   };
