@@ -3,9 +3,10 @@ import { controlPlane } from "./control-plane.ts";
 import { join } from "./join.ts";
 import { heartbeat } from "./heartbeat.ts";
 import { work } from "./work.ts";
+import { health } from "./health.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-const benches: Bench[] = [controlPlane, join, heartbeat, work];
+const benches: Bench[] = [controlPlane, join, heartbeat, health, work];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.

@@ -12,15 +12,16 @@ type Meta = { labels?: Record<string, string>; annotations?: Record<string, stri
 
 // Creates `desired`, or brings the existing object's listed top-level fields, labels and annotations
 // to what `desired` says (other labels and fields are left alone). Returns what is stored now.
-export async function createOrUpdate<T extends KubeObject>(client: KubeClient, r: ApiResource, desired: T, fields: readonly string[]): Promise<T> {
+export async function createOrUpdate<T extends KubeObject>(client: KubeClient, r: ApiResource, desired: T, fields: readonly string[], raced = false): Promise<T> {
   const { name, namespace } = desired.metadata;
   const existing = await client.get<T>(r, name!, namespace);
   if (!existing) {
     try {
       return await client.create(r, desired);
     } catch (err) {
-      if (!isAlreadyExists(err)) throw err;
-      return createOrUpdate(client, r, desired, fields); // lost a race with another writer: read again
+      // Lost a race with another writer: read again, once; a second loss goes to the caller's retry.
+      if (!isAlreadyExists(err) || raced) throw err;
+      return createOrUpdate(client, r, desired, fields, true);
     }
   }
   const next = structuredClone(existing) as T & { metadata: Meta };

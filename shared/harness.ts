@@ -88,10 +88,19 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
       return { statusCode: 204 };
     }
     let recheckInMs: number | undefined;
+    const failures: unknown[] = [];
+    // Every key gets its turn: one that always fails must not starve the others of a resync.
     for (const key of keys) {
-      const outcome = await reconcileKey(spec, io, key);
-      if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
+      try {
+        const outcome = await reconcileKey(spec, io, key);
+        if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
+      } catch (err) {
+        if (keys.length > 1) io.log.warn({ key, error: err instanceof Error ? err.message : String(err) }, "reconcile failed; going on with the other keys");
+        failures.push(err);
+      }
     }
+    // The most retryable failure answers for all of them.
+    if (failures.length) throw failures.find((f) => replyFor(f).statusCode === 503) ?? failures[0];
     // Knative has no delayed redelivery; the resync tick covers rechecks. The local relay reads this header.
     return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };
   } catch (err) {

@@ -2,6 +2,7 @@
 // lets an accepted cluster's agents in (and the narrower RBAC after a deny), the cluster lease,
 // HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
+import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
@@ -242,12 +243,18 @@ function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unk
   ];
 }
 
+// Also created by the lease monitor, and two invocations for one cluster may run at once: whoever
+// creates it first wins, and the others find it there.
 async function createLeaseIfMissing(hub: KubeClient, cluster: string, now: Date): Promise<void> {
   if (await hub.get(LeaseResource, ManagedClusterLeaseName, cluster)) return;
-  await hub.create(LeaseResource, {
-    metadata: { name: ManagedClusterLeaseName, namespace: cluster, labels: { [ClusterLabel.ClusterName]: cluster } },
-    spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(now) },
-  });
+  try {
+    await hub.create(LeaseResource, {
+      metadata: { name: ManagedClusterLeaseName, namespace: cluster, labels: { [ClusterLabel.ClusterName]: cluster } },
+      spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(now) },
+    });
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+  }
 }
 
 type PolicyRule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };

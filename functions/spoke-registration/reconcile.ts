@@ -23,6 +23,7 @@ import {
   rotatedMessage,
 } from "../../shared/api/registration.ts";
 import { createOrUpdate, patchStatusIfChanged } from "../../shared/apply.ts";
+import { rotationDueAt } from "../../shared/csr-flow.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, shouldRotate, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
@@ -78,7 +79,7 @@ export const spec: FunctionSpec<Config> = {
     const key = { cluster: c.managementCluster, name: c.clusterName };
     if (event.type === "tick") return [key];
     const { kind, name, namespace } = event.ref;
-    if (kind === "Secret" && namespace === c.agentNamespace && [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)].includes(name)) return [key];
+    if (kind === "Secret" && event.cluster === c.managementCluster && namespace === c.agentNamespace && [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)].includes(name)) return [key];
     if (kind === "ManagedCluster" && name === c.clusterName) return [key];
     if (kind === "CertificateSigningRequest") {
       const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
@@ -119,7 +120,7 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
     if (judged.valid) {
       const certPem = secretText(hubSecret, HubSecretKey.TlsCert)!;
       const dataChanged = secretText(hubSecret, HubSecretKey.ClusterName) !== c.clusterName || secretText(hubSecret, HubSecretKey.AgentName) !== agentName || secretText(hubSecret, HubSecretKey.Kubeconfig) !== hubKubeconfig(bootstrap);
-      if (!dataChanged && !shouldRotate(judged.cert, now, certPem)) return { recheckInMs: rotationDueInMs(judged.cert, now) };
+      if (!dataChanged && !shouldRotate(judged.cert, now, certPem)) return { recheckInMs: rotationDueInMs(judged.cert, certPem, now) };
       io.log.info({ notAfter: judged.cert.notAfter, dataChanged }, "rotating the client certificate");
     }
     return await requestCertificate(r);
@@ -130,10 +131,9 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
 
 type Registration = { io: Io<Config>; c: Config; now: Date; spoke: KubeClient; hub: KubeClient; bootstrap: HubEndpoint; agentName: string; bootstrapped: boolean };
 
-// When to look again: the earliest moment rotation can become due (20 % of the life remaining).
-function rotationDueInMs(cert: { notBefore: Date; notAfter: Date }, now: Date): number {
-  const at = cert.notAfter.getTime() - 0.25 * (cert.notAfter.getTime() - cert.notBefore.getTime());
-  return Math.max(1_000, at - now.getTime());
+// When to look again: the moment this certificate's rotation falls due (shouldRotate's own threshold).
+function rotationDueInMs(cert: { notBefore: Date; notAfter: Date }, certPem: string, now: Date): number {
+  return Math.max(1_000, rotationDueAt(cert, certPem).getTime() - now.getTime());
 }
 
 // OCM's creating controller: create the cluster if missing; only the client configs are kept up to date.

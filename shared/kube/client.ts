@@ -73,7 +73,11 @@ export class KubeClient {
           const text = Buffer.concat(chunks).toString();
           const status = res.statusCode ?? 0;
           if (status >= 200 && status < 300) {
-            resolve((res.headers["content-type"]?.includes("json") ? JSON.parse(text) : text) as T);
+            try {
+              resolve((res.headers["content-type"]?.includes("json") ? JSON.parse(text) : text) as T);
+            } catch {
+              reject(new KubeError(0, "BadResponse", `${method} ${path}: the answer is not JSON: ${text.slice(0, 200)}`));
+            }
           } else {
             reject(KubeError.fromResponse(status, text, `${method} ${path}`));
           }
@@ -99,8 +103,8 @@ export class KubeClient {
       headers: { Accept: "application/json", ...(contentType ? { "Content-Type": contentType } : {}) },
     };
     await this.kubeConfig.applyToHTTPSOptions(opts);
-    // client-node puts a fresh agent on every request, which would make each call a new TLS
-    // handshake; the credentials stay in the request options, so our keep-alive pool can carry them.
+    // client-node's agent is not kept alive, so each call would be a new TLS handshake; the
+    // credentials stay in the request options, so our keep-alive pool can carry them.
     if (!this.kubeConfig.getCurrentCluster()?.proxyUrl) opts.agent = this.agent;
     return opts;
   }
@@ -160,7 +164,7 @@ export class KubeClient {
         resourcePath(r, { namespace: o.namespace }) +
         query({ watch: true, allowWatchBookmarks: true, resourceVersion: o.resourceVersion, labelSelector: o.labelSelector, fieldSelector: o.fieldSelector, timeoutSeconds: o.timeoutSeconds ?? 300 });
       const opts = await this.options("GET", path);
-      opts.agent = undefined; // a long-lived stream gets its own connection
+      if (!this.kubeConfig.getCurrentCluster()?.proxyUrl) opts.agent = undefined; // a long-lived stream gets its own connection (a proxy's agent stays)
       if (stopped) return;
       await new Promise<void>((resolve, reject) => {
         const req = request(opts, (res) => {
@@ -178,7 +182,15 @@ export class KubeClient {
             while ((nl = buffered.indexOf("\n")) >= 0) {
               const line = buffered.slice(0, nl).trim();
               buffered = buffered.slice(nl + 1);
-              if (line) onEvent(JSON.parse(line) as WatchEvent);
+              if (!line) continue;
+              try {
+                onEvent(JSON.parse(line) as WatchEvent);
+              } catch (err) {
+                // A broken line or a failing handler ends this watch (the caller resumes), not the process.
+                req.destroy();
+                reject(err instanceof KubeError ? err : KubeError.fromNetwork(err as Error, `WATCH ${path}`));
+                return;
+              }
             }
           });
           res.on("end", () => resolve());

@@ -27,6 +27,7 @@ import { startHeartbeat, type Heartbeat } from "../heartbeat/sidecar.ts";
 import type { ApiResource } from "../api/meta.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { createNodes } from "./nodes.ts";
+import { startHelloworldAgent } from "./helloworld-agent.ts";
 import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
 import * as clusterAcceptor from "../../functions/cluster-acceptor/reconcile.ts";
 import * as leaseMonitor from "../../functions/cluster-lease-monitor/reconcile.ts";
@@ -50,6 +51,7 @@ export type FleetOptions = {
   leaseGraceMultiplier?: number; // the hub lease monitor's grace, in lease durations (OCM's 5)
   heartbeats?: boolean; // run each spoke's heartbeat sidecar (default true)
   nodes?: boolean; // create Node objects with capacity on each spoke, since no kubelet runs (default true)
+  addonAgents?: boolean; // run the example add-on's agent per spoke, since no kubelet runs its Deployment
   record?: (relay: string) => string | undefined; // a JSON-lines file per relay, when recording
   log?: (line: string) => void; // function and relay logs; default: nowhere
   clock?: Clock;
@@ -84,10 +86,11 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const heartbeatStarters = new Map<string, () => Promise<Heartbeat>>();
   const heartbeats = new Map<string, Heartbeat>();
   const clients: KubeClient[] = [hub];
+  const agents: { stop(): Promise<void> }[] = [];
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
-      await Promise.all([...heartbeats.values()].map((h) => h.stop()));
+      await Promise.all([...heartbeats.values(), ...agents].map((h) => h.stop()));
       await Promise.all([...relays.values()].map((r) => r.stop()));
       await Promise.all(servers.map((s) => s.close()));
       for (const c of clients) c.close();
@@ -201,6 +204,9 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     if (!heartbeats.has(spoke)) heartbeats.set(spoke, await start());
   };
   for (const spoke of heartbeatStarters.keys()) await startSidecar(spoke);
+  if (o.addonAgents) {
+    for (const s of o.spokes) agents.push(await startHelloworldAgent({ spoke: clusters.get(planeOf(s)), clusterName: s.name, clock, log: log(`helloworld-agent-${s.name}`) }));
+  }
 
   return {
     clusters,
