@@ -39,7 +39,7 @@ export async function signRequest(base64Pem: string, ca: SigningCa): Promise<str
   if (caCert.notAfter.getTime() <= ca.now.getTime()) throw new Error(`signer has expired, expired time: ${caCert.notAfter.toISOString()}`);
   const notAfter = new Date(Math.min(ca.now.getTime() + ca.durationMs, caCert.notAfter.getTime()));
   const { key, algorithm } = await importSigningKey(ca.keyPem);
-  const san = request.extensions.find((e) => e.type === x509.SubjectAlternativeNameExtension.NAME);
+  const san = request.extensions.find((e) => e.type === "2.5.29.17" /* subjectAltName */);
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serialNumber(),
     subject: request.subjectName,

@@ -1,0 +1,124 @@
+// The spoke agent's add-on lease controller (OCM §5.4): an add-on whose health is checked by lease is
+// Available while its agent renews the Lease named after it in its install namespace on this cluster,
+// not available once the lease has gone five lease durations without renewal, and Unknown without a
+// lease. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
+import { z } from "zod";
+import { AddOnConditionType, AddOnGroup, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { LeaseResource } from "../../shared/api/kube.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
+import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { setCondition, type NewCondition } from "../../shared/conditions.ts";
+import type { FunctionEvent } from "../../shared/events.ts";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import type { KubeObject } from "../../shared/kube/client.ts";
+import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
+
+export const ConfigSchema = z.object({
+  managementCluster: z.string().min(1), // the spoke's name in events: where the add-on leases are
+  hubCluster: z.string().min(1).default("hub"), // the hub's name in events
+  clusterName: z.string().min(1), // the ManagedCluster: the hub namespace holding its add-ons
+  agentNamespace: z.string().default(AgentNamespaceDefault),
+  bootstrapSecret: z.string().default(BootstrapSecretName),
+  hubSecret: z.string().default(HubKubeconfigSecretName),
+  // OCM's AddOnLeaseControllerLeaseDurationSeconds (60; its integration tests lower it)
+  leaseDurationSeconds: z.number().int().positive().default(60),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({
+    managementCluster: env.OCM_CLUSTER_NAME || "spoke",
+    hubCluster: env.OCM_HUB_CLUSTER_NAME || undefined,
+    clusterName: env.SPOKE_CLUSTER_NAME,
+    agentNamespace: env.AGENT_NAMESPACE || undefined,
+    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
+    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    leaseDurationSeconds: env.ADDON_LEASE_DURATION_SECONDS ? Number(env.ADDON_LEASE_DURATION_SECONDS) : undefined,
+  });
+}
+
+// OCM: grace = 5 × the lease duration.
+const LEASE_DURATION_TIMES = 5;
+
+type Addon = ManagedClusterAddOnV1alpha1;
+export type Lease = KubeObject & { spec?: { renewTime?: string; [k: string]: unknown } };
+
+export const spec: FunctionSpec<Config> = {
+  name: "addon-health",
+  keys: keysOf,
+  reconcile,
+};
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const c = io.config;
+  const now = io.clock.now();
+  const spoke = io.cluster(c.managementCluster);
+  const got = await bootstrappedHubClient(spoke, c, now);
+  if (!("hub" in got)) {
+    io.log.info({ addon: key.name, reason: got.reason }, "skipped: not bootstrapped");
+    return done;
+  }
+  const { hub } = got;
+  try {
+    const mca = await hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
+    if (!mca) return done;
+    // Customized: the add-on's manager reports its health itself.
+    if (mca.status?.healthCheck?.mode === HealthCheckMode.Customized) {
+      io.log.info({ addon: key.name }, "skipped: health check mode is Customized");
+      return done;
+    }
+    const namespace = installNamespaceOf(mca);
+    const lease = await spoke.get<Lease>(LeaseResource, mca.metadata.name, namespace);
+    const judged = judgeLease(lease, { addon: mca.metadata.name, now, graceMs: LEASE_DURATION_TIMES * c.leaseDurationSeconds * 1000 });
+    // OCM writes this whatever the cluster's state; the hub replaces it while the cluster is Unknown.
+    const conditions = setCondition(mca.status?.conditions, judged.condition, now);
+    if (await patchStatusIfChanged(hub, ManagedClusterAddOnV1alpha1Resource, mca, { ...mca.status, conditions })) {
+      io.log.info({ addon: key.name, lease: `${namespace}/${mca.metadata.name}`, status: judged.condition.status, reason: judged.condition.reason }, "add-on availability updated from its lease");
+    }
+    return judged.expiresInMs === undefined ? done : { recheckInMs: judged.expiresInMs };
+  } finally {
+    hub.close();
+  }
+}
+
+export type LeaseJudgement = { condition: NewCondition; expiresInMs?: number };
+
+// OCM: Available while now < renewTime + grace; the recheck lands on that moment. A lease never renewed
+// (no renewTime) counts as stopped.
+export function judgeLease(lease: Lease | undefined, o: { addon: string; now: Date; graceMs: number }): LeaseJudgement {
+  const type = AddOnConditionType.Available;
+  if (!lease) return { condition: { type, status: "Unknown", reason: AddOnReason.ManagedClusterAddOnLeaseNotFound, message: `The status of ${o.addon} add-on is unknown.` } };
+  const renewed = lease.spec?.renewTime ? Date.parse(lease.spec.renewTime) : NaN;
+  const expiresInMs = renewed + o.graceMs - o.now.getTime();
+  if (expiresInMs > 0) return { condition: { type, status: "True", reason: AddOnReason.ManagedClusterAddOnLeaseUpdated, message: `${o.addon} add-on is available.` }, expiresInMs };
+  return { condition: { type, status: "False", reason: AddOnReason.ManagedClusterAddOnLeaseUpdateStopped, message: `${o.addon} add-on is not available.` } };
+}
+
+async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const c = io.config;
+  const keyOf = (addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
+  if (event.type === "tick") {
+    if (event.cluster && event.cluster !== c.hubCluster && event.cluster !== c.managementCluster) return { skip: `tick for cluster ${event.cluster}` };
+    const got = await bootstrappedHubClient(io.cluster(c.managementCluster), c, io.clock.now());
+    if (!("hub" in got)) return { skip: `not bootstrapped: ${got.reason}` };
+    try {
+      return (await got.hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName })).items.map((a) => keyOf(a.metadata.name));
+    } finally {
+      got.hub.close();
+    }
+  }
+  const { kind, name, namespace, apiVersion } = event.ref;
+  if (kind === ManagedClusterAddOnV1alpha1Resource.kind && apiVersion.startsWith(`${AddOnGroup}/`)) {
+    if (event.cluster !== c.hubCluster) return { skip: `ManagedClusterAddOn on ${event.cluster}, not on the hub` };
+    if (namespace !== c.clusterName) return { skip: `ManagedClusterAddOn of cluster ${namespace}, not ${c.clusterName}` };
+    return [keyOf(name)];
+  }
+  // OCM has no lease informer (it resyncs every 30 s); a lease event here only makes that sooner. The
+  // add-on named like the lease reads its lease in its own install namespace, whichever this one was.
+  if (kind === LeaseResource.kind && apiVersion.startsWith(`${LeaseResource.group}/`)) {
+    if (event.cluster !== c.managementCluster) return { skip: `Lease on ${event.cluster}, not on ${c.managementCluster}` };
+    return [keyOf(name)];
+  }
+  return { skip: `not a kind this function watches: ${kind}` };
+}
