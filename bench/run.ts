@@ -4,9 +4,10 @@ import { join } from "./join.ts";
 import { heartbeat } from "./heartbeat.ts";
 import { work } from "./work.ts";
 import { health } from "./health.ts";
+import { addon } from "./addon.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-const benches: Bench[] = [controlPlane, join, heartbeat, health, work];
+const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.

@@ -24,6 +24,7 @@ const fleet = await startFleet({
   resyncMs: 5_000,
   leaseDurationSeconds: 10,
   leaseGraceMultiplier: 2,
+  addonAgents: true, // the helloworld add-on's agent, which no kubelet runs here
   log: (line) => appendFileSync(join(outDir, "logs", `${(JSON.parse(line) as { fn: string }).fn}.log`), line),
   record: (relay) => join(outDir, "logs", `events-${relay}.jsonl`),
 });

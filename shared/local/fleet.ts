@@ -39,6 +39,8 @@ import * as addonClusterLabel from "../../functions/addon-cluster-label/reconcil
 import * as spokeRegistration from "../../functions/spoke-registration/reconcile.ts";
 import * as spokeClusterStatus from "../../functions/spoke-cluster-status/reconcile.ts";
 import * as workApplier from "../../functions/work-applier/reconcile.ts";
+import * as addonRegistration from "../../functions/addon-registration/reconcile.ts";
+import * as addonHealth from "../../functions/addon-health/reconcile.ts";
 
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
 
@@ -166,6 +168,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       serveFunction(s.name, spokeRegistration.spec, await asSpoke("spoke-registration"), spokeRegistration.ConfigSchema.parse({ ...common, externalServerUrls: [spoke.url], leaseDurationSeconds: o.leaseDurationSeconds })),
       serveFunction(s.name, spokeClusterStatus.spec, await asSpoke("spoke-cluster-status"), spokeClusterStatus.ConfigSchema.parse(common)),
       serveFunction(s.name, workApplier.spec, await asSpoke("work-applier"), workApplier.ConfigSchema.parse(common)),
+      serveFunction(s.name, addonRegistration.spec, await asSpoke("addon-registration"), addonRegistration.ConfigSchema.parse(common)),
+      serveFunction(s.name, addonHealth.spec, await asSpoke("addon-health"), addonHealth.ConfigSchema.parse(common)),
     ]);
     relayOptions.set(s.name, {
       clusters: { [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault) },
@@ -175,6 +179,9 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         { cluster: plane, resource: NodeResource, mode: "Reference" },
         { cluster: plane, resource: ClusterClaimResource, mode: "Reference" },
         { cluster: plane, resource: AppliedManifestWorkResource, mode: "Resource" },
+        { cluster: plane, resource: NamespaceResource, mode: "Reference" }, // an add-on's install namespace appearing
+        { cluster: plane, resource: LeaseResource, mode: "Resource" }, // add-on leases
+        { cluster: "hub", resource: ManagedClusterAddOnV1alpha1Resource, namespace: s.name, mode: "Resource" },
         { cluster: "hub", resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${s.name}`, mode: "Resource" },
         { cluster: "hub", resource: ManagedClusterResource, fieldSelector: `metadata.name=${s.name}`, mode: "Resource" },
         { cluster: "hub", resource: ManifestWorkResource, namespace: s.name, mode: "Resource" },
