@@ -75,7 +75,7 @@ export function clientWithSecretFiles(kubeconfigText: string, files: Secret): Ku
   return KubeClient.fromKubeconfig(stringify(doc));
 }
 
-export type HubSecretJudgement = { valid: true; cert: CertificateInfo } | { valid: false; reason: string };
+export type HubSecretJudgement = { valid: true; cert: CertificateInfo } | { valid: false; reason: string; expired?: true };
 
 // OCM's IsHubKubeConfigValid: the secret's kubeconfig points at the same hub as the bootstrap one
 // (server, proxy, CA and the cluster entry's name), and its certificate is ours and unexpired.
@@ -103,7 +103,7 @@ export function judgeHubSecret(o: { hubSecret?: Secret; bootstrap: HubEndpoint; 
   const agentName = o.agentName ?? secretText(o.hubSecret, HubSecretKey.AgentName);
   if (agentName && cert.commonName !== agentUser(o.clusterName, agentName)) return { valid: false, reason: `certificate is for ${cert.commonName}` };
   if (!agentName && !cert.commonName.startsWith(agentUser(o.clusterName, ""))) return { valid: false, reason: `certificate is for ${cert.commonName}` };
-  if (o.now.getTime() >= cert.notAfter.getTime()) return { valid: false, reason: "the client certificate has expired" };
+  if (o.now.getTime() >= cert.notAfter.getTime()) return { valid: false, reason: "the client certificate has expired", expired: true };
   return { valid: true, cert };
 }
 

@@ -3,9 +3,9 @@
 // not available once the lease has gone five lease durations without renewal, and Unknown without a
 // lease. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
+import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { AddOnConditionType, AddOnGroup, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { LeaseResource } from "../../shared/api/kube.ts";
-import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
@@ -14,13 +14,7 @@ import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
 
-export const ConfigSchema = z.object({
-  managementCluster: z.string().min(1), // the spoke's name in events: where the add-on leases are
-  hubCluster: z.string().min(1).default("hub"), // the hub's name in events
-  clusterName: z.string().min(1), // the ManagedCluster: the hub namespace holding its add-ons
-  agentNamespace: z.string().default(AgentNamespaceDefault),
-  bootstrapSecret: z.string().default(BootstrapSecretName),
-  hubSecret: z.string().default(HubKubeconfigSecretName),
+export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   // OCM's AddOnLeaseControllerLeaseDurationSeconds (60; its integration tests lower it)
   leaseDurationSeconds: z.number().int().positive().default(60),
 });
@@ -28,12 +22,7 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 export function configFromEnv(env: NodeJS.ProcessEnv): Config {
   return ConfigSchema.parse({
-    managementCluster: env.OCM_CLUSTER_NAME || "spoke",
-    hubCluster: env.OCM_HUB_CLUSTER_NAME || undefined,
-    clusterName: env.SPOKE_CLUSTER_NAME,
-    agentNamespace: env.AGENT_NAMESPACE || undefined,
-    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
-    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    ...spokeAgentSettingsFromEnv(env),
     leaseDurationSeconds: env.ADDON_LEASE_DURATION_SECONDS ? Number(env.ADDON_LEASE_DURATION_SECONDS) : undefined,
   });
 }

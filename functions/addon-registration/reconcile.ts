@@ -4,15 +4,13 @@
 // expires, reported as ClusterCertificateRotated; secrets whose registration or add-on went away are
 // removed. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
+import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { AddOnConditionType, AddOnGroup, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import {
-  AgentNamespaceDefault,
-  BootstrapSecretName,
   CertificateRotatedReason,
-  HubKubeconfigSecretName,
   HubSecretKey,
   MaxOutstandingCsrs,
   TooManyCsrsMessage,
@@ -40,13 +38,7 @@ import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
 import { additionalData, credentialsOf, judgeSecret, type Credential } from "./registrations.ts";
 
-export const ConfigSchema = z.object({
-  managementCluster: z.string().min(1), // the spoke's name in events: where the add-on secrets are written
-  hubCluster: z.string().min(1).default("hub"), // the hub's name in events
-  clusterName: z.string().min(1), // the ManagedCluster: the hub namespace holding its add-ons
-  agentNamespace: z.string().default(AgentNamespaceDefault),
-  bootstrapSecret: z.string().default(BootstrapSecretName),
-  hubSecret: z.string().default(HubKubeconfigSecretName),
+export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   // OCM's --client-cert-expiration-seconds applies to add-on certificates too
   clientCertExpirationSeconds: z.number().int().min(3600).optional(),
   // how long to wait before looking at a pending CSR (or a missing install namespace) again
@@ -56,12 +48,7 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 export function configFromEnv(env: NodeJS.ProcessEnv): Config {
   return ConfigSchema.parse({
-    managementCluster: env.OCM_CLUSTER_NAME || "spoke",
-    hubCluster: env.OCM_HUB_CLUSTER_NAME || undefined,
-    clusterName: env.SPOKE_CLUSTER_NAME,
-    agentNamespace: env.AGENT_NAMESPACE || undefined,
-    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
-    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    ...spokeAgentSettingsFromEnv(env),
     clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,
   });
 }

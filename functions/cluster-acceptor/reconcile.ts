@@ -3,6 +3,7 @@
 // HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
+import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
@@ -188,13 +189,13 @@ const acceptedCondition: NewCondition = {
   type: ManagedClusterConditionType.HubAccepted,
   status: "True",
   reason: ManagedClusterReason.HubClusterAdminAccepted,
-  message: "Accepted by hub cluster admin",
+  message: ManagedClusterMessage.HubClusterAdminAccepted,
 };
 const deniedCondition: NewCondition = {
   type: ManagedClusterConditionType.HubAccepted,
   status: "False",
   reason: ManagedClusterReason.HubClusterAdminDenied,
-  message: "Denied by hub cluster admin",
+  message: ManagedClusterMessage.HubClusterAdminDenied,
 };
 // OCM's multi-line aggregate: one message per line.
 export const acceptErrorCondition = (errors: readonly unknown[]): NewCondition => ({

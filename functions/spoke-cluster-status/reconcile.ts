@@ -5,7 +5,6 @@ import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { ClusterEventReason } from "../../shared/api/health.ts";
-import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDefault, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
@@ -13,18 +12,13 @@ import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../
 import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { recordEvent, type EventType } from "../../shared/kube/event-recorder.ts";
-import { commaList } from "../../shared/settings.ts";
+import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { available } from "./steps/available.ts";
 import { claims } from "./steps/claims.ts";
 import { joined } from "./steps/joined.ts";
 import { resources } from "./steps/resources.ts";
 
-export const ConfigSchema = z.object({
-  managementCluster: z.string().min(1),
-  clusterName: z.string().min(1),
-  agentNamespace: z.string().default(AgentNamespaceDefault),
-  bootstrapSecret: z.string().default(BootstrapSecretName),
-  hubSecret: z.string().default(HubKubeconfigSecretName),
+export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   // OCM's --max-custom-cluster-claims
   maxCustomClusterClaims: z.int().min(0).default(MaxCustomClusterClaimsDefault),
   // OCM's --reserved-cluster-claim-suffixes: claims named with one of these endings count as reserved
@@ -34,11 +28,7 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 export function configFromEnv(env: NodeJS.ProcessEnv): Config {
   return ConfigSchema.parse({
-    managementCluster: env.OCM_CLUSTER_NAME ?? "spoke",
-    clusterName: env.SPOKE_CLUSTER_NAME,
-    agentNamespace: env.AGENT_NAMESPACE || undefined,
-    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
-    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    ...spokeAgentSettingsFromEnv(env),
     maxCustomClusterClaims: env.MAX_CUSTOM_CLUSTER_CLAIMS ? Number(env.MAX_CUSTOM_CLUSTER_CLAIMS) : undefined,
     reservedClaimSuffixes: commaList.parse(env.RESERVED_CLUSTER_CLAIM_SUFFIXES),
   });

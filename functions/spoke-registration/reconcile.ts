@@ -4,13 +4,10 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { z } from "zod";
-import { commaList } from "../../shared/settings.ts";
+import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { ManagedClusterResource, ManagedClusterConditionType, ClusterLabel, AgentAnnotationPrefix, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, SecretResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
 import {
-  AgentNamespaceDefault,
-  BootstrapSecretName,
-  HubKubeconfigSecretName,
   HubSecretKey,
   AddonNameLabel,
   CertificateRotatedReason,
@@ -31,13 +28,8 @@ import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { certificateMatchesKey, createCertificateRequest, generateKeyPair, keyPairFromPem, privateKeyToPem, readCertificate } from "../../shared/pki.ts";
 
-export const ConfigSchema = z.object({
-  managementCluster: z.string().min(1), // where the agent's secrets live: the spoke itself unless Hosted
-  clusterName: z.string().min(1),
+export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentName: z.string().min(1).optional(),
-  agentNamespace: z.string().default(AgentNamespaceDefault),
-  bootstrapSecret: z.string().default(BootstrapSecretName),
-  hubSecret: z.string().default(HubKubeconfigSecretName),
   externalServerUrls: z.array(z.url()).default([]),
   clusterAnnotations: z.record(z.string(), z.string()).default({}),
   clientCertExpirationSeconds: z.number().int().min(3600).optional(),
@@ -50,12 +42,8 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 export function configFromEnv(env: NodeJS.ProcessEnv): Config {
   return ConfigSchema.parse({
-    managementCluster: env.OCM_CLUSTER_NAME ?? "spoke",
-    clusterName: env.SPOKE_CLUSTER_NAME,
+    ...spokeAgentSettingsFromEnv(env),
     agentName: env.AGENT_ID || undefined,
-    agentNamespace: env.AGENT_NAMESPACE || undefined,
-    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
-    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
     externalServerUrls: env.SPOKE_EXTERNAL_SERVER_URLS ? commaList.parse(env.SPOKE_EXTERNAL_SERVER_URLS) : undefined,
     clusterAnnotations: env.CLUSTER_ANNOTATIONS ? Object.fromEntries(commaList.parse(env.CLUSTER_ANNOTATIONS).map((kv) => kv.split("=", 2) as [string, string])) : undefined,
     clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,

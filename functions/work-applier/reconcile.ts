@@ -6,7 +6,6 @@ import { createHash } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
 import type { ApiResource, Condition, OwnerReference } from "../../shared/api/meta.ts";
-import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import {
   AppliedManifestWorkResource,
   ManifestReason,
@@ -24,7 +23,7 @@ import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../
 import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
-import { commaList } from "../../shared/settings.ts";
+import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { refusal, DEFAULT_MANIFEST_LIMIT_BYTES } from "./admission.ts";
 import { applyManifest, apiMessage, IgnoreFieldError, ServerSideApplyConflictError } from "./apply.ts";
 import { deleteAppliedResources, sortApplied, untracked, type AppliedResource } from "./cleanup.ts";
@@ -35,13 +34,7 @@ import { applyOrder, applyRank, UNLISTED_RANK } from "./order.ts";
 import { appliedWorkOwner, isOwnedByTheWork, removalOf } from "./ownership.ts";
 import { compactMeta, deletingCondition, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
 
-export const ConfigSchema = z.object({
-  managementCluster: z.string().min(1), // where the agent runs and applies: the spoke itself (no Hosted mode)
-  hubCluster: z.string().min(1).default("hub"), // the `cluster` name hub events carry
-  clusterName: z.string().min(1),
-  agentNamespace: z.string().default(AgentNamespaceDefault),
-  bootstrapSecret: z.string().default(BootstrapSecretName),
-  hubSecret: z.string().default(HubKubeconfigSecretName),
+export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentID: z.string().min(1).optional(), // OCM's --agent-id; default the hub hash, as OCM's
   manifestLimitBytes: z.number().int().positive().default(DEFAULT_MANIFEST_LIMIT_BYTES),
   rawFeedbackJsonString: z.boolean().default(false), // feature gate RawFeedbackJsonString
@@ -54,12 +47,7 @@ export type Config = z.infer<typeof ConfigSchema>;
 export function configFromEnv(env: NodeJS.ProcessEnv): Config {
   const gates = Object.fromEntries(commaList.parse(env.WORK_FEATURE_GATES).map((kv) => kv.split("=", 2) as [string, string]));
   return ConfigSchema.parse({
-    managementCluster: env.OCM_CLUSTER_NAME || "spoke",
-    hubCluster: env.OCM_HUB_CLUSTER_NAME || undefined,
-    clusterName: env.SPOKE_CLUSTER_NAME,
-    agentNamespace: env.AGENT_NAMESPACE || undefined,
-    bootstrapSecret: env.BOOTSTRAP_SECRET || undefined,
-    hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
+    ...spokeAgentSettingsFromEnv(env),
     agentID: env.AGENT_ID || undefined,
     manifestLimitBytes: env.WORK_MANIFEST_LIMIT_BYTES ? Number(env.WORK_MANIFEST_LIMIT_BYTES) : undefined,
     rawFeedbackJsonString: gates.RawFeedbackJsonString === "true",

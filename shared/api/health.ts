@@ -2,6 +2,8 @@
 // Available=Unknown and ClockSynced conditions, and the events recorded in a cluster's namespace.
 
 export const ManagedClusterMessage = {
+  HubClusterAdminAccepted: "Accepted by hub cluster admin",
+  HubClusterAdminDenied: "Denied by hub cluster admin",
   LeaseUpdateStopped: "Registration agent stopped updating its lease.",
   ClockSynced: "The clock of the managed cluster is synced with the hub.",
   ClockOutOfSync: "The clock of hub and agent is out of sync. This may cause the Unknown status and affect agent functionalities.",

@@ -43,12 +43,12 @@ export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubCon
 }
 
 function judgeSecrets(bootstrapSecret: Secret | undefined, hubSecret: Secret | undefined, clusterName: string, now: Date): ConnectionState {
-  const fail = (reason: string): ConnectionState => ({ ok: false, reason, certificateExpired: reason === ExpiredCertificateReason });
+  const fail = (reason: string, expired = false): ConnectionState => ({ ok: false, reason, certificateExpired: expired });
   const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
   if (!bootstrapText) return fail("no bootstrap kubeconfig");
   try {
     const judged = judgeHubSecret({ hubSecret, bootstrap: hubEndpoint(bootstrapText), clusterName, now });
-    if (!judged.valid) return fail(judged.reason);
+    if (!judged.valid) return fail(judged.reason, judged.expired === true);
     const hub = clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!);
     return { ok: true, connection: { hub, identity: judged.cert.commonName, notAfter: judged.cert.notAfter } };
   } catch (err) {

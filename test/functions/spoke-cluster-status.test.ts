@@ -34,7 +34,8 @@ let spokeAdmin: KubeClient;
 let fnKubeconfig: string;
 
 beforeAll(async () => {
-  fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true }], resyncMs: 2_000 });
+  // nodes: false: the tests create the nodes whose sums they check.
+  fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true }], resyncMs: 2_000, nodes: false });
   await eventually(async () => expect(findCondition((await hubCluster())?.status?.conditions, Joined)?.status).toBe("True"), { timeoutMs: 45_000 });
   // From here on the tests' calls are the function's only invocations for this cluster. The relay is
   // stopped between deliveries: one cut off mid-request leaves a connection that the function
@@ -42,6 +43,7 @@ beforeAll(async () => {
   const relay = fleet.relays.get(CLUSTER)!;
   await eventually(() => expect(relay.status().sinks.every((s) => s.inFlight === 0 && s.pending === 0)).toBe(true), { intervalMs: 10 });
   await fleet.stopRelay(CLUSTER);
+  await fleet.stopRelay("hub"); // the hub's lease monitor would set back the ClockSynced the tests write
   spokeAdmin = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
   fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name);
 });

@@ -209,8 +209,9 @@ describe("rotation", () => {
     const life = cert.notAfter.getTime() - cert.notBefore.getTime();
     expect(life).toBeLessThanOrEqual(3_600_000 + 360_000); // expirationSeconds honoured (the signer backdates 5 min)
     agent.clock.set(new Date(cert.notAfter.getTime() - 0.15 * life)); // 15 % of the life left
+    const firstCsr = (await csrsOf(agent.config.clusterName))[0]!.metadata.name;
     await agent.reconcile();
-    const renewal = (await csrsOf(agent.config.clusterName))[1]!;
+    const renewal = (await csrsOf(agent.config.clusterName)).find((c) => c.metadata.name !== firstCsr)!;
     expect(renewal.spec.username).toBe(cert.commonName); // asked as the cluster itself, not the bootstrap identity
     await reconcileKey(approver.spec, approverIo, { cluster: "hub", name: renewal.metadata.name });
     await eventually(async () => {

@@ -52,6 +52,10 @@ beforeAll(async () => {
       got.hub.close();
     }
   }, { timeoutMs: 60_000 });
+  // From here on the tests' calls are the work agent's only invocations: the fleet's own work-applier
+  // would otherwise race them for the same works.
+  await fleet.stopRelay(SPOKE);
+  await fleet.stopRelay("hub");
 });
 afterAll(async () => {
   spoke?.close();
