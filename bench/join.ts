@@ -1,5 +1,6 @@
 // Join latency: from a spoke's functions and relay starting (bootstrap kubeconfig in place, cluster
 // auto-approved) to a valid hub kubeconfig secret and ManagedClusterJoined=True, over 20 joins.
+import { appendFileSync } from "node:fs";
 import { startClusters } from "../shared/control-plane/clusters.ts";
 import { startFleet } from "../shared/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
@@ -25,7 +26,8 @@ export const join = {
         for (const secret of [BootstrapSecretName, HubKubeconfigSecretName, pendingSecretName(ConfigSchema.parse({ managementCluster: "spoke", clusterName: name }))]) {
           await spokeAdmin.delete(SecretResource, secret, AgentNamespaceDefault);
         }
-        const fleet = await startFleet({ clusters, spokes: [{ name, controlPlane: "spoke", autoApprove: true }], resyncMs: 60_000 });
+        const log = process.env.BENCH_LOG ? (line: string) => appendFileSync(process.env.BENCH_LOG!, line) : undefined;
+        const fleet = await startFleet({ clusters, spokes: [{ name, controlPlane: "spoke", autoApprove: true }], resyncMs: 60_000, log });
         const t0 = performance.now();
         for (;;) {
           const [mc, secret, bootstrap] = await Promise.all([

@@ -45,3 +45,8 @@ export function spokeAgentSettingsFromEnv(env: NodeJS.ProcessEnv): z.input<typeo
     hubSecret: env.HUB_KUBECONFIG_SECRET || undefined,
   };
 }
+
+// Hub functions that need only to know which cluster is the hub.
+export const HubClusterSchema = HubSettingsSchema.pick({ hubCluster: true });
+export type HubCluster = z.infer<typeof HubClusterSchema>;
+export const hubClusterFromEnv = (env: NodeJS.ProcessEnv): HubCluster => HubClusterSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });

@@ -1,7 +1,7 @@
 // Labels each ManagedCluster with the health of its add-ons (OCM hub add-on feature discovery):
 // feature.open-cluster-management.io/addon-<a> is available, unhealthy or unreachable after the add-on's
 // Available condition, and goes when the add-on does. The root kind is ManagedCluster.
-import { z } from "zod";
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { managedClusterKeys } from "../../shared/cluster-keys.ts";
 import { findCondition } from "../../shared/conditions.ts";
@@ -15,15 +15,10 @@ import {
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
 
-export const ConfigSchema = z.object({
-  // the cluster whose ManagedClusters this function labels; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
-}
+// Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
 
 // An add-on event wakes the cluster whose namespace it lives in.
 export const spec: FunctionSpec<Config> = {

@@ -3,7 +3,7 @@
 // its subject is the add-on's default one and the cluster's own agent asked; a custom-signer CSR of a
 // signer the template registers, which this function then signs with the template's signingCA. The
 // root kind is CertificateSigningRequest; only CSRs labelled with both a cluster and an add-on are ours.
-import { z } from "zod";
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
@@ -27,15 +27,10 @@ import {
 import { AddOnConfigResource, AddonManagerNamespaceDefault, CustomSignerCertificateDurationMs, addonAgentUser, addonGroups, clusterSubjectPrefix, templateAgentName } from "../../shared/api/addon-strings.ts";
 import { readRequest, signRequest, type RequestInfo } from "./signing.ts";
 
-export const ConfigSchema = z.object({
-  // the cluster whose CSRs this function approves; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
-}
+// Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
 
 export const spec: FunctionSpec<Config> = {
   name: "addon-csr-approver",

@@ -2,7 +2,7 @@
 // nothing; Placements keeps a ManagedClusterAddOn in the namespace of every cluster the listed
 // Placements select, and deletes the add-on's ManagedClusterAddOns from every other cluster.
 // The root kind is ClusterManagementAddOn; add-on objects are read and written as v1alpha1 (storage).
-import { z } from "zod";
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
@@ -22,15 +22,10 @@ import {
 } from "../../shared/api/addon.ts";
 import { placementClusters, type PlacementRef } from "../../shared/placement-decisions.ts";
 
-export const ConfigSchema = z.object({
-  // the cluster whose add-ons this function installs; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
-}
+// Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
 
 export const spec: FunctionSpec<Config> = {
   name: "addon-installer",

@@ -1,6 +1,6 @@
 // What the add-on manager's steps share: its settings, the objects read once per reconcile, and the
 // desired AddOnTemplate and AddOnDeploymentConfig once the configured step has named them.
-import { z } from "zod";
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
 import type { Io } from "../../shared/harness.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import type { ManagedCluster } from "../../shared/api/cluster.ts";
@@ -15,15 +15,10 @@ import {
 } from "../../shared/api/addon.ts";
 import { AddOnConfigResource, AddOnMessage } from "../../shared/api/addon-strings.ts";
 
-export const ConfigSchema = z.object({
-  // the cluster whose add-ons this function manages; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
-}
+// Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
 
 export type AddOnStatus = NonNullable<ManagedClusterAddOnV1alpha1["status"]>;
 

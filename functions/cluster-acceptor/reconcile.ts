@@ -155,8 +155,10 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster):
   };
   await attempt(() => createOrUpdate(hub, NamespaceResource, clusterNamespace(name), []));
   const finalized = await addFinalizer(hub, ManagedClusterResource, cluster, ClusterFinalizer.ApiResourceCleanup);
-  for (const step of acceptedRbacSteps(hub, name)) await attempt(step);
-  await attempt(() => createLeaseIfMissing(hub, name, io.clock.now()));
+  // A joining agent waits for all of these, so each wave is written at once.
+  const [roles, bindings] = acceptedRbacSteps(hub, name);
+  await Promise.all([...roles!, () => createLeaseIfMissing(hub, name, io.clock.now())].map(attempt));
+  await Promise.all(bindings!.map(attempt));
 
   const condition = errors.length === 0 ? acceptedCondition : acceptErrorCondition(errors);
   await writeAccepted(hub, finalized, condition, io.clock.now());
@@ -230,17 +232,23 @@ async function removeRoleBindings(io: Io<Config>, hub: KubeClient, cluster: stri
 
 // Ordered so that every role exists before its binding: the API server's bind check resolves the role
 // to confirm the writer holds all its permissions.
-function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unknown>)[] {
+// In two waves: the roles, then the bindings (the API server checks a binding against the rules of the
+// role it names, so the role must be there first). Within a wave the objects are independent.
+function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unknown>)[][] {
   return [
-    () => createOrUpdate(hub, ClusterRoleResource, clusterRole(cluster, true), ["rules"]),
-    () => createOrUpdate(hub, ClusterRoleBindingResource, clusterRoleBinding(cluster), ["subjects"]),
-    () => createOrUpdate(hub, ClusterRoleResource, registrationClusterRole, ["rules"]),
-    () => createOrUpdate(hub, ClusterRoleResource, workClusterRole, ["rules"]),
-    () => createOrUpdate(hub, RoleBindingResource, roleBinding(cluster, "registration"), ["subjects"]),
-    async () => {
-      const binding = await createOrUpdate(hub, RoleBindingResource, roleBinding(cluster, "work"), ["subjects"]);
-      await addFinalizer(hub, RoleBindingResource, binding, WorkFinalizer.ManifestWorkCleanup);
-    },
+    [
+      () => createOrUpdate(hub, ClusterRoleResource, clusterRole(cluster, true), ["rules"]),
+      () => createOrUpdate(hub, ClusterRoleResource, registrationClusterRole, ["rules"]),
+      () => createOrUpdate(hub, ClusterRoleResource, workClusterRole, ["rules"]),
+    ],
+    [
+      () => createOrUpdate(hub, ClusterRoleBindingResource, clusterRoleBinding(cluster), ["subjects"]),
+      () => createOrUpdate(hub, RoleBindingResource, roleBinding(cluster, "registration"), ["subjects"]),
+      async () => {
+        const binding = await createOrUpdate(hub, RoleBindingResource, roleBinding(cluster, "work"), ["subjects"]);
+        await addFinalizer(hub, RoleBindingResource, binding, WorkFinalizer.ManifestWorkCleanup);
+      },
+    ],
   ];
 }
 

@@ -1,21 +1,16 @@
 // Keeps a ManagedCluster's availability taints in step with its Available condition on the hub
 // (ocm-protocol §4.4): unreachable while Unknown or missing, unavailable while False, none while True.
-import { z } from "zod";
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { managedClusterKeys } from "../../shared/cluster-keys.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, TaintEffect, TaintKey, type ManagedCluster, type Taint } from "../../shared/api/cluster.ts";
 
-export const ConfigSchema = z.object({
-  // the cluster whose ManagedClusters this function taints; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
-}
+// Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
 
 export const spec: FunctionSpec<Config> = {
   name: "cluster-taints",

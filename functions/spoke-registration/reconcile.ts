@@ -164,7 +164,7 @@ async function requestCertificate(r: Registration): Promise<Outcome> {
   // two invocations race, the loser leaves the request to the winner.
   const csrName = `${c.clusterName}-${randomSuffix()}`;
   try {
-    const data = encode({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [PendingKey.CsrName]: csrName });
+    const data = encode({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [HubSecretKey.ClusterName]: c.clusterName, [PendingKey.CsrName]: csrName });
     await spoke.create<Secret>(SecretResource, { metadata: { name: pendingSecretName(c), namespace: c.agentNamespace }, type: "Opaque", data });
   } catch (err) {
     if (!isAlreadyExists(err)) throw err;
@@ -198,6 +198,13 @@ async function collectCertificate(r: Registration, pending: Secret): Promise<Out
   const { io, c, hub, spoke, bootstrap } = r;
   const keyPem = secretText(pending, HubSecretKey.TlsKey)!;
   const csrName = secretText(pending, PendingKey.CsrName)!;
+  if (secretText(pending, HubSecretKey.ClusterName) !== c.clusterName) {
+    // Left by this agent under another cluster name (a restart with a new --spoke-cluster-name):
+    // that request is someone else's now.
+    io.log.info({ csr: csrName }, "a pending request for another cluster name; starting over");
+    await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
+    return { recheckInMs: 0 };
+  }
   const csr = await hub.get<Csr>(CertificateSigningRequestResource, csrName);
   if (!csr) {
     // Not there: we stopped between saving the key and creating the request, or someone deleted it.
@@ -218,8 +225,11 @@ async function collectCertificate(r: Registration, pending: Secret): Promise<Out
 
   const certPem = Buffer.from(csr.status.certificate, "base64").toString();
   if (!certificateMatchesKey(certPem, keyPem)) {
+    // Not ours to use: start over with a new key and request, as OCM resets its state.
+    io.log.warn({ csr: csrName }, "the issued certificate does not match our key; starting over");
     await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
-    throw new Error(`the certificate of csr ${csrName} does not match the key we generated`);
+    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: `Failed to rotated client certificate the certificate of csr ${csrName} does not match the key` });
+    return { recheckInMs: c.pendingRecheckMs };
   }
   // The secret is saved before the condition is written, as OCM does, so a failure cannot cause a second CSR.
   await createOrUpdate<Secret>(spoke, SecretResource, {

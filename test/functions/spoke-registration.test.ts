@@ -180,6 +180,17 @@ describe("keeping and replacing the credentials", () => {
     expect(csrs[1]!.spec.username).toBe(agent.token.user);
   });
 
+  it("starts over when restarted under another cluster name while a request is pending", async () => {
+    const agent = await newAgent();
+    await agent.reconcile(); // a request for the first name is pending
+    const renamed = { ...agent.config, clusterName: `${agent.config.clusterName}-b` };
+    const io = testIo({ spoke: fnKubeconfig }, renamed, agent.clock);
+    for (let i = 0; i < 3; i++) await reconcileKey(spec, io, { cluster: "spoke", name: renamed.clusterName });
+    const csrs = await csrsOf(renamed.clusterName);
+    expect(csrs).toHaveLength(1);
+    expect(await hubAdmin.get(ManagedClusterResource, renamed.clusterName)).toBeDefined();
+  });
+
   it("stops creating CSRs while ten exist for the cluster", async () => {
     const agent = await newAgent();
     await agent.reconcile();
