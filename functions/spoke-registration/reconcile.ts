@@ -11,7 +11,6 @@ import {
   HubSecretKey,
   AddonNameLabel,
   CertificateRotatedReason,
-  CsrUsages,
   ManagedClustersGroup,
   MaxOutstandingCsrs,
   TooManyCsrsMessage,
@@ -20,13 +19,14 @@ import {
   rotatedMessage,
 } from "../../shared/api/registration.ts";
 import { createOrUpdate, patchStatusIfChanged } from "../../shared/apply.ts";
-import { rotationDueAt } from "../../shared/csr-flow.ts";
+import { PendingKey, certificateRequest, createCsrOnce, encodeSecretData, generatedNameSuffix, judgeCsr, newPrivateKeyPem, rotationDueAt, rotationFailedMessage } from "../../shared/csr-flow.ts";
+import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, shouldRotate, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
-import { certificateMatchesKey, createCertificateRequest, generateKeyPair, keyPairFromPem, privateKeyToPem, readCertificate } from "../../shared/pki.ts";
+import { readCertificate } from "../../shared/pki.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentName: z.string().min(1).optional(),
@@ -53,12 +53,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
 // Holds the private key (and the name of the CSR it went into) while the hub decides: a function
 // remembers nothing, and OCM's secret layout must not change, so it has a secret of its own.
 export const pendingSecretName = (c: Config) => `${c.hubSecret}-pending-csr`;
-const PendingKey = { CsrName: "csr-name" } as const;
-
-type Csr = KubeObject & {
-  spec: { request: string; signerName: string; usages?: string[]; username?: string; expirationSeconds?: number };
-  status?: { certificate?: string; conditions?: { type: string; status: string; reason?: string; message?: string }[] };
-};
 
 export const spec: FunctionSpec<Config> = {
   name: "spoke-registration",
@@ -152,19 +146,19 @@ function spokeCaBundle(spoke: KubeClient): string | undefined {
 
 async function requestCertificate(r: Registration): Promise<Outcome> {
   const { io, c, hub, spoke } = r;
-  const existing = await hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName},!${AddonNameLabel}` });
+  const existing = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName},!${AddonNameLabel}` });
   if (existing.items.length >= MaxOutstandingCsrs) {
     io.log.warn({ count: existing.items.length }, "halted: too many CSRs for this cluster on the hub");
     await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: TooManyCsrsMessage });
     return done;
   }
-  const keyPem = await privateKeyToPem((await generateKeyPair()).privateKey);
+  const keyPem = await newPrivateKeyPem();
   // OCM lets the server pick a name from generateName "<cluster>-"; we pick one of the same shape first,
   // so the key and the request's name are saved in one write before the CSR exists. Create-only: when
   // two invocations race, the loser leaves the request to the winner.
-  const csrName = `${c.clusterName}-${randomSuffix()}`;
+  const csrName = `${c.clusterName}-${generatedNameSuffix()}`;
   try {
-    const data = encode({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [HubSecretKey.ClusterName]: c.clusterName, [PendingKey.CsrName]: csrName });
+    const data = encodeSecretData({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: r.agentName, [HubSecretKey.ClusterName]: c.clusterName, [PendingKey.CsrName]: csrName });
     await spoke.create<Secret>(SecretResource, { metadata: { name: pendingSecretName(c), namespace: c.agentNamespace }, type: "Opaque", data });
   } catch (err) {
     if (!isAlreadyExists(err)) throw err;
@@ -175,23 +169,15 @@ async function requestCertificate(r: Registration): Promise<Outcome> {
   return { recheckInMs: c.pendingRecheckMs };
 }
 
-// Idempotent: the name is ours, so finding it already there means an earlier invocation created it.
 async function createCsr({ c, hub, agentName }: Registration, name: string, keyPem: string): Promise<void> {
-  const subject = { commonName: agentUser(c.clusterName, agentName), organizations: [clusterGroup(c.clusterName), ManagedClustersGroup] };
-  const request = await createCertificateRequest(subject, await keyPairFromPem(keyPem));
-  try {
-    await hub.create<Csr>(CertificateSigningRequestResource, {
-      metadata: { name, labels: { [ClusterLabel.ClusterName]: c.clusterName } },
-      spec: {
-        request: Buffer.from(request).toString("base64"),
-        signerName: KubeAPIServerClientSignerName,
-        usages: [...CsrUsages],
-        ...(c.clientCertExpirationSeconds ? { expirationSeconds: c.clientCertExpirationSeconds } : {}),
-      },
-    });
-  } catch (err) {
-    if (!isAlreadyExists(err)) throw err;
-  }
+  const subject = { commonName: agentUser(c.clusterName, agentName), organizations: [clusterGroup(c.clusterName), ManagedClustersGroup], organizationalUnits: [] };
+  await createCsrOnce(hub, {
+    name,
+    labels: { [ClusterLabel.ClusterName]: c.clusterName },
+    requestPem: await certificateRequest({ subject, keyPem }),
+    signerName: KubeAPIServerClientSignerName,
+    expirationSeconds: c.clientCertExpirationSeconds,
+  });
 }
 
 async function collectCertificate(r: Registration, pending: Secret): Promise<Outcome> {
@@ -205,37 +191,32 @@ async function collectCertificate(r: Registration, pending: Secret): Promise<Out
     await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
     return { recheckInMs: 0 };
   }
-  const csr = await hub.get<Csr>(CertificateSigningRequestResource, csrName);
-  if (!csr) {
-    // Not there: we stopped between saving the key and creating the request, or someone deleted it.
-    // Either way the same request again is what we want.
-    io.log.info({ csr: csrName }, `unable to get csr "${csrName}"; creating it again`);
-    await createCsr(r, csrName, keyPem);
-    return { recheckInMs: c.pendingRecheckMs };
+  const judged = judgeCsr(await hub.get<CertificateSigningRequest>(CertificateSigningRequestResource, csrName), keyPem);
+  switch (judged.state) {
+    case "missing":
+      // We stopped between saving the key and creating the request, or someone deleted it. Either
+      // way the same request again is what we want.
+      io.log.info({ csr: csrName }, `unable to get csr "${csrName}"; creating it again`);
+      await createCsr(r, csrName, keyPem);
+      return { recheckInMs: c.pendingRecheckMs };
+    case "waiting":
+      return { recheckInMs: c.pendingRecheckMs };
+    case "denied":
+    case "mismatched": {
+      // Not usable: start over with a new key and request, as OCM resets its state.
+      const why = judged.state === "denied" ? `csr "${csrName}" was denied` : `the certificate of csr ${csrName} does not match the key`;
+      io.log.warn({ csr: csrName }, `${why}; starting over`);
+      await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
+      await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: rotationFailedMessage(why) });
+      return { recheckInMs: c.pendingRecheckMs };
+    }
   }
-  const conditions = csr.status?.conditions ?? [];
-  if (conditions.some((x) => x.type === "Denied" || x.type === "Failed")) {
-    io.log.warn({ csr: csrName }, "the CSR was denied; starting over");
-    await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
-    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: `Failed to rotated client certificate csr "${csrName}" was denied` });
-    return { recheckInMs: c.pendingRecheckMs };
-  }
-  const approved = conditions.some((x) => x.type === "Approved" && x.status === "True");
-  if (!approved || !csr.status?.certificate) return { recheckInMs: c.pendingRecheckMs };
-
-  const certPem = Buffer.from(csr.status.certificate, "base64").toString();
-  if (!certificateMatchesKey(certPem, keyPem)) {
-    // Not ours to use: start over with a new key and request, as OCM resets its state.
-    io.log.warn({ csr: csrName }, "the issued certificate does not match our key; starting over");
-    await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace);
-    await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: `Failed to rotated client certificate the certificate of csr ${csrName} does not match the key` });
-    return { recheckInMs: c.pendingRecheckMs };
-  }
+  const certPem = judged.certPem;
   // The secret is saved before the condition is written, as OCM does, so a failure cannot cause a second CSR.
   await createOrUpdate<Secret>(spoke, SecretResource, {
     metadata: { name: c.hubSecret, namespace: c.agentNamespace },
     type: "Opaque",
-    data: encode({
+    data: encodeSecretData({
       [HubSecretKey.TlsCert]: certPem,
       [HubSecretKey.TlsKey]: keyPem,
       [HubSecretKey.Kubeconfig]: hubKubeconfig(bootstrap),
@@ -258,7 +239,3 @@ async function setRotatedCondition(r: Registration, c: Omit<NewCondition, "type"
   const conditions = setCondition(cluster.status?.conditions, { type: ManagedClusterConditionType.CertificateRotated, ...c }, r.now);
   await patchStatusIfChanged(r.hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
 }
-
-const encode = (d: Record<string, string>) => Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Buffer.from(v).toString("base64")]));
-// The same alphabet and length as the API server's generateName suffix.
-const randomSuffix = () => Array.from(randomBytes(5), (b) => "bcdfghjklmnpqrstvwxz2456789"[b % 27]).join("");
