@@ -132,3 +132,15 @@ export async function bootstrappedHubClient(spoke: KubeClient, s: AgentSecrets, 
   if (!judged.valid) return { reason: judged.reason };
   return { hub: clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!) };
 }
+
+// The hub as the cluster's own identity for one use, closed after. Until the agent is bootstrapped a
+// spoke function has nothing to do as that identity: `notYet` answers instead, with the reason.
+export async function withAgentHub<T>(spoke: KubeClient, s: AgentSecrets, now: Date, use: (hub: KubeClient) => Promise<T>, notYet: (reason: string) => T): Promise<T> {
+  const got = await bootstrappedHubClient(spoke, s, now);
+  if (!("hub" in got)) return notYet(got.reason);
+  try {
+    return await use(got.hub);
+  } finally {
+    got.hub.close();
+  }
+}

@@ -10,7 +10,7 @@ import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
 
@@ -43,32 +43,33 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
   const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
-  const got = await bootstrappedHubClient(spoke, c, now);
-  if (!("hub" in got)) {
-    io.log.info({ addon: key.name, reason: got.reason }, "skipped: not bootstrapped");
-    return done;
-  }
-  const { hub } = got;
-  try {
-    const mca = await hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
-    if (!mca) return done;
-    // Customized: the add-on's manager reports its health itself.
-    if (mca.status?.healthCheck?.mode === HealthCheckMode.Customized) {
-      io.log.info({ addon: key.name }, "skipped: health check mode is Customized");
+  return withAgentHub(
+    spoke,
+    c,
+    now,
+    async (hub) => {
+      const mca = await hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
+      if (!mca) return done;
+      // Customized: the add-on's manager reports its health itself.
+      if (mca.status?.healthCheck?.mode === HealthCheckMode.Customized) {
+        io.log.info({ addon: key.name }, "skipped: health check mode is Customized");
+        return done;
+      }
+      const namespace = installNamespaceOf(mca);
+      const lease = await spoke.get<Lease>(LeaseResource, mca.metadata.name, namespace);
+      const judged = judgeLease(lease, { addon: mca.metadata.name, now, graceMs: LEASE_DURATION_TIMES * c.leaseDurationSeconds * 1000 });
+      // OCM writes this whatever the cluster's state; the hub replaces it while the cluster is Unknown.
+      const conditions = setCondition(mca.status?.conditions, judged.condition, now);
+      if (await patchStatusIfChanged(hub, ManagedClusterAddOnV1alpha1Resource, mca, { ...mca.status, conditions })) {
+        io.log.info({ addon: key.name, lease: `${namespace}/${mca.metadata.name}`, status: judged.condition.status, reason: judged.condition.reason }, "add-on availability updated from its lease");
+      }
+      return judged.expiresInMs === undefined ? done : { recheckInMs: judged.expiresInMs };
+    },
+    (reason) => {
+      io.log.info({ addon: key.name, reason: reason }, "skipped: not bootstrapped");
       return done;
-    }
-    const namespace = installNamespaceOf(mca);
-    const lease = await spoke.get<Lease>(LeaseResource, mca.metadata.name, namespace);
-    const judged = judgeLease(lease, { addon: mca.metadata.name, now, graceMs: LEASE_DURATION_TIMES * c.leaseDurationSeconds * 1000 });
-    // OCM writes this whatever the cluster's state; the hub replaces it while the cluster is Unknown.
-    const conditions = setCondition(mca.status?.conditions, judged.condition, now);
-    if (await patchStatusIfChanged(hub, ManagedClusterAddOnV1alpha1Resource, mca, { ...mca.status, conditions })) {
-      io.log.info({ addon: key.name, lease: `${namespace}/${mca.metadata.name}`, status: judged.condition.status, reason: judged.condition.reason }, "add-on availability updated from its lease");
-    }
-    return judged.expiresInMs === undefined ? done : { recheckInMs: judged.expiresInMs };
-  } finally {
-    hub.close();
-  }
+    },
+  );
 }
 
 export type LeaseJudgement = { condition: NewCondition; expiresInMs?: number };
@@ -89,13 +90,13 @@ async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { s
   const keyOf = (addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
   if (event.type === "tick") {
     if (event.cluster && event.cluster !== c.hubCluster && event.cluster !== c.managementCluster) return { skip: `tick for cluster ${event.cluster}` };
-    const got = await bootstrappedHubClient(io.cluster(c.managementCluster), c, io.clock.now());
-    if (!("hub" in got)) return { skip: `not bootstrapped: ${got.reason}` };
-    try {
-      return (await got.hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName })).items.map((a) => keyOf(a.metadata.name));
-    } finally {
-      got.hub.close();
-    }
+    return withAgentHub<Key[] | { skip: string }>(
+      io.cluster(c.managementCluster),
+      c,
+      io.clock.now(),
+      async (hub) => (await hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName })).items.map((a) => keyOf(a.metadata.name)),
+      (reason) => ({ skip: `not bootstrapped: ${reason}` }),
+    );
   }
   const { kind, name, namespace, apiVersion } = event.ref;
   if (kind === ManagedClusterAddOnV1alpha1Resource.kind && apiVersion.startsWith(`${AddOnGroup}/`)) {

@@ -32,7 +32,7 @@ import {
 } from "../../shared/csr-flow.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import { bootstrappedHubClient, clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
+import { withAgentHub, clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
@@ -243,15 +243,7 @@ async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { s
   const c = io.config;
   const keyOf = (addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
   const spoke = io.cluster(c.managementCluster);
-  const withHub = async <T>(use: (hub: KubeClient) => Promise<T>): Promise<T | { skip: string }> => {
-    const got = await bootstrappedHubClient(spoke, c, io.clock.now());
-    if (!("hub" in got)) return { skip: `not bootstrapped: ${got.reason}` };
-    try {
-      return await use(got.hub);
-    } finally {
-      got.hub.close();
-    }
-  };
+  const withHub = <T>(use: (hub: KubeClient) => Promise<T>) => withAgentHub<T | { skip: string }>(spoke, c, io.clock.now(), use, (reason) => ({ skip: `not bootstrapped: ${reason}` }));
   const addons = (hub: KubeClient) => hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName }).then((l) => l.items);
 
   if (event.type === "tick") {

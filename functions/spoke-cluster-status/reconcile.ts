@@ -9,7 +9,7 @@ import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDef
 import { findCondition } from "../../shared/conditions.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { recordEvent, type EventType } from "../../shared/kube/event-recorder.ts";
 import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
@@ -66,42 +66,43 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
   const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
-  const got = await bootstrappedHubClient(spoke, c, now);
-  if (!("hub" in got)) {
-    io.log.info({ reason: got.reason }, "skipped: not bootstrapped");
-    return done;
-  }
-  const { hub } = got;
-  try {
-    const cluster = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
-    if (!cluster) return done;
-    const before: Status = cluster.status ?? {};
-    const ctx: StepContext = { now, hub, spoke, io, notices: [] };
-    const draft: Status = structuredClone(before);
-    const ran = await runSteps(draft, ctx);
-    const after = JSON.parse(JSON.stringify(draft)) as Status; // a field a step set to undefined is gone
-    const changed = !isDeepStrictEqual(before, after);
+  return withAgentHub(
+    spoke,
+    c,
+    now,
+    async (hub) => {
+      const cluster = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
+      if (!cluster) return done;
+      const before: Status = cluster.status ?? {};
+      const ctx: StepContext = { now, hub, spoke, io, notices: [] };
+      const draft: Status = structuredClone(before);
+      const ran = await runSteps(draft, ctx);
+      const after = JSON.parse(JSON.stringify(draft)) as Status; // a field a step set to undefined is gone
+      const changed = !isDeepStrictEqual(before, after);
 
-    if (findCondition(after.conditions, ManagedClusterConditionType.ClockSynced)?.status === "False") {
-      // OCM returns an error here and retries with backoff. Nothing on the spoke can change the hub's
-      // verdict, and the hub's next judgement updates the ManagedCluster, whose event calls us again,
-      // so a retry would only repeat this line. The event marks a write actually withheld.
-      io.log.warn({ cluster: c.clusterName, withheld: changed }, "status not written: the hub says the clocks are out of sync");
-      if (changed) ctx.notices.push({ type: "Normal", reason: SpokeStatusEventReason.ClockOutOfSync, message: ClockOutOfSyncMessage });
-    } else if (changed) {
-      await patchStatusIfChanged(hub, ManagedClusterResource, { ...cluster, status: before }, after);
-      io.log.info({ cluster: c.clusterName }, "status written");
-      const notice = availabilityNotice(c.clusterName, before, after);
-      if (notice) ctx.notices.push(notice);
-    }
-    await recordNotices(io, hub, cluster, ctx);
+      if (findCondition(after.conditions, ManagedClusterConditionType.ClockSynced)?.status === "False") {
+        // OCM returns an error here and retries with backoff. Nothing on the spoke can change the hub's
+        // verdict, and the hub's next judgement updates the ManagedCluster, whose event calls us again,
+        // so a retry would only repeat this line. The event marks a write actually withheld.
+        io.log.warn({ cluster: c.clusterName, withheld: changed }, "status not written: the hub says the clocks are out of sync");
+        if (changed) ctx.notices.push({ type: "Normal", reason: SpokeStatusEventReason.ClockOutOfSync, message: ClockOutOfSyncMessage });
+      } else if (changed) {
+        await patchStatusIfChanged(hub, ManagedClusterResource, { ...cluster, status: before }, after);
+        io.log.info({ cluster: c.clusterName }, "status written");
+        const notice = availabilityNotice(c.clusterName, before, after);
+        if (notice) ctx.notices.push(notice);
+      }
+      await recordNotices(io, hub, cluster, ctx);
 
-    // As OCM aggregates a step's error after patching what the steps before it settled.
-    if ("error" in ran) throw ran.error;
-    return ran.recheckInMs === undefined ? done : { recheckInMs: ran.recheckInMs };
-  } finally {
-    hub.close();
-  }
+      // As OCM aggregates a step's error after patching what the steps before it settled.
+      if ("error" in ran) throw ran.error;
+      return ran.recheckInMs === undefined ? done : { recheckInMs: ran.recheckInMs };
+    },
+    (reason) => {
+      io.log.info({ reason: reason }, "skipped: not bootstrapped");
+      return done;
+    },
+  );
 }
 
 async function runSteps(draft: Status, ctx: StepContext): Promise<{ recheckInMs?: number } | { error: unknown }> {

@@ -20,7 +20,7 @@ import {
 import { addFinalizer, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
 import { findCondition, isTrue, setCondition } from "../../shared/conditions.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
@@ -97,45 +97,48 @@ export const spec: FunctionSpec<Config> = {
 async function keysOnTick(io: Io<Config>): Promise<Key[] | { skip: string }> {
   const c = io.config;
   const spoke = io.cluster(c.managementCluster);
-  const got = await bootstrappedHubClient(spoke, c, io.clock.now());
-  if (!("hub" in got)) return { skip: `not bootstrapped: ${got.reason}` };
-  try {
-    const prefix = `${hubHashOf(got.hub.kubeConfig.getCurrentCluster()!.server)}-`;
-    const [works, applied] = await Promise.all([got.hub.list(ManifestWorkResource, { namespace: c.clusterName }), spoke.list(AppliedManifestWorkResource)]);
-    const names = new Set([...works.items.map((w) => w.metadata.name!), ...applied.items.map((a) => a.metadata.name!).filter((n) => n.startsWith(prefix)).map((n) => n.slice(prefix.length))]);
-    return [...names].map((name) => ({ cluster: c.hubCluster, namespace: c.clusterName, name }));
-  } finally {
-    got.hub.close();
-  }
+  return withAgentHub<Key[] | { skip: string }>(
+    spoke,
+    c,
+    io.clock.now(),
+    async (hub) => {
+      const prefix = `${hubHashOf(hub.kubeConfig.getCurrentCluster()!.server)}-`;
+      const [works, applied] = await Promise.all([hub.list(ManifestWorkResource, { namespace: c.clusterName }), spoke.list(AppliedManifestWorkResource)]);
+      const names = new Set([...works.items.map((w) => w.metadata.name!), ...applied.items.map((a) => a.metadata.name!).filter((n) => n.startsWith(prefix)).map((n) => n.slice(prefix.length))]);
+      return [...names].map((name) => ({ cluster: c.hubCluster, namespace: c.clusterName, name }));
+    },
+    (reason) => ({ skip: `not bootstrapped: ${reason}` }),
+  );
 }
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
   const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
-  const got = await bootstrappedHubClient(spoke, c, now);
-  if (!("hub" in got)) {
-    io.log.info({ reason: got.reason }, "skipped: not bootstrapped");
-    return done;
-  }
-  const { hub } = got;
-  try {
-    const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.kubeConfig.getCurrentCluster()!.server) };
-    const [work, applied] = await Promise.all([
-      hub.get<Work>(ManifestWorkResource, key.name, key.namespace ?? c.clusterName),
-      spoke.get<Applied>(AppliedManifestWorkResource, appliedWorkName(ctx.hubHash, key.name)),
-    ]);
-    if (!work || work.metadata.deletionTimestamp) return await finalizeWork(ctx, { name: key.name, work, applied });
-    let current = applied;
-    if (current?.metadata.deletionTimestamp) {
-      // Deleted under a live work: clean up what it owned first; a new one is made and applied after.
-      current = await finalizeApplied(ctx, current);
-      if (current) return { recheckInMs: PENDING_DELETION_RECHECK_MS };
-    }
-    return await applyWork(ctx, work, current);
-  } finally {
-    hub.close();
-  }
+  return withAgentHub(
+    spoke,
+    c,
+    now,
+    async (hub) => {
+      const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.kubeConfig.getCurrentCluster()!.server) };
+      const [work, applied] = await Promise.all([
+        hub.get<Work>(ManifestWorkResource, key.name, key.namespace ?? c.clusterName),
+        spoke.get<Applied>(AppliedManifestWorkResource, appliedWorkName(ctx.hubHash, key.name)),
+      ]);
+      if (!work || work.metadata.deletionTimestamp) return await finalizeWork(ctx, { name: key.name, work, applied });
+      let current = applied;
+      if (current?.metadata.deletionTimestamp) {
+        // Deleted under a live work: clean up what it owned first; a new one is made and applied after.
+        current = await finalizeApplied(ctx, current);
+        if (current) return { recheckInMs: PENDING_DELETION_RECHECK_MS };
+      }
+      return await applyWork(ctx, work, current);
+    },
+    (reason) => {
+      io.log.info({ reason: reason }, "skipped: not bootstrapped");
+      return done;
+    },
+  );
 }
 
 // §7.4: Deleting=True, delete the AppliedManifestWork, and once its finalizer has dealt with every
