@@ -1,6 +1,7 @@
 // Function settings read from the environment (func.yaml run.envs): the ones every hub function and
 // every spoke function shares.
 import { z } from "zod";
+import { AutoApprovalEntry } from "./auto-approval.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "./api/registration.ts";
 
 // "a, b,,c" → ["a", "b", "c"]; unset → [].
@@ -12,8 +13,9 @@ export const commaList = z
 export const HubSettingsSchema = z.object({
   // the cluster the hub functions act on; events from any other cluster are not theirs
   hubCluster: z.string().min(1),
-  // OCM's --cluster-auto-approval-users; non-empty turns on the ManagedClusterAutoApproval gate
-  autoApprovalUsers: z.array(z.string().min(1)),
+  // OCM's --cluster-auto-approval-users, each entry optionally narrowed to the cluster names that user
+  // may register (shared/auto-approval.ts); non-empty turns on the ManagedClusterAutoApproval gate
+  autoApprovalUsers: z.array(AutoApprovalEntry),
 });
 export type HubSettings = z.infer<typeof HubSettingsSchema>;
 

@@ -24,7 +24,10 @@ import {
   type ClusterManagementAddOnV1alpha1,
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
-import { AddOnConfigResource, AddonManagerNamespaceDefault, CustomSignerCertificateDurationMs, addonAgentUser, addonGroups, clusterSubjectPrefix, templateAgentName } from "../../shared/api/addon-strings.ts";
+import { AddOnConfigResource, AddonManagerNamespaceDefault, CustomSignerCertificateDurationMs, addonAgentUser } from "../../shared/api/addon-strings.ts";
+import { clusterGroup } from "../../shared/api/registration.ts";
+import { registrationsOf } from "../../shared/addon-registrations.ts";
+import { parseAgentUser } from "../../shared/cluster-csr.ts";
 import { readRequest, signRequest, type RequestInfo } from "./signing.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
@@ -122,33 +125,37 @@ async function findAddon(hub: KubeClient, csr: CertificateSigningRequest): Promi
 
 export type Approval = { approve: "kube-client" | "custom-signer" } | { skip: string };
 
-// ocm's template approve check: the registration of the CSR's signer decides. A kubeClient CSR needs
-// addon-framework's DefaultCSRApprover: two or three organizations including both default groups, the
-// default user as CN, and a requester of the cluster. OCM approves custom-signer CSRs of a registered
-// signer from anyone; here the requester must be of the cluster too. "Of the cluster" is the prefix
-// system:open-cluster-management:<c> followed by ":" (OCM's bare prefix would let cluster c1's agent
-// ask for c10's add-ons).
+// ocm's template approve check, made exact. The registration of the CSR's signer decides, and the
+// subject it may ask for is derived from the template (never from status.registrations, which the
+// cluster's agent may patch):
+// - kubeClient (addon-framework's DefaultCSRApprover): OCM asks for three organizations of which two
+//   are the defaults; here the organizations must be exactly the three defaults, so no extra group
+//   (another cluster's, system:masters, the bootstrappers') can ride along. CN is the default user.
+// - customSigner: OCM approves any subject from anyone; here CN and organizations must be the
+//   registration's subject.
+// The requester must be the cluster's own agent: system:open-cluster-management:<c>:<agent> in the
+// group system:open-cluster-management:<c> (OCM's bare prefix check would let c1 ask for c10's add-ons).
 export function decideApproval(csr: CertificateSigningRequest, found: Found, request: RequestInfo): Approval {
   const { cluster, addon, template } = found;
   const signer = csr.spec.signerName;
   const requester = csr.spec.username ?? "";
-  const ofCluster = requester.startsWith(`${clusterSubjectPrefix(cluster)}:`);
-  const registrations = template.spec.registration ?? [];
-  if (signer === KubeAPIServerClientSignerName) {
-    if (!registrations.some((r) => r.type === "KubeClient")) return { skip: "the template registers no kubeClient" };
-    if ("unreadable" in request) return { skip: `unreadable request: ${request.unreadable}` };
-    const orgs = new Set(request.organizations);
-    if (orgs.size !== 2 && orgs.size !== 3) return { skip: `org count is ${orgs.size}, expected 2 or 3` };
-    const missing = addonGroups(cluster, addon).find((g) => !orgs.has(g));
-    if (missing) return { skip: `requesting orgs do not contain ${missing}` };
-    const user = addonAgentUser(cluster, addon, templateAgentName(addon));
-    if (request.commonName !== user) return { skip: `common name ${request.commonName} is not ${user}` };
-    if (!ofCluster) return { skip: `illegal requester ${requester} for cluster ${cluster}` };
-    return { approve: "kube-client" };
+  const registration = registrationsOf(template, cluster, addon).find((r) => r.signerName === signer);
+  if (!registration) return { skip: signer === KubeAPIServerClientSignerName ? "the template registers no kubeClient" : `the template registers no signer ${signer}` };
+  if ("unreadable" in request) return { skip: `unreadable request: ${request.unreadable}` };
+  const subject = registration.subject ?? {};
+  const userPrefix = addonAgentUser(cluster, addon, "");
+  if (subject.user ? request.commonName !== subject.user : !request.commonName.startsWith(userPrefix)) {
+    return { skip: `common name ${request.commonName} is not ${subject.user ?? `${userPrefix}<agent>`}` };
   }
-  if (!customSignerOf(template, signer)) return { skip: `the template registers no signer ${signer}` };
-  if (!ofCluster) return { skip: `illegal requester ${requester} for cluster ${cluster}` };
-  return { approve: "custom-signer" };
+  const want = new Set(subject.groups ?? []);
+  const orgs = new Set(request.organizations);
+  if (orgs.size !== want.size || [...want].some((g) => !orgs.has(g))) {
+    return { skip: `organizations ${request.organizations.join(", ") || "(none)"} are not exactly ${[...want].join(", ") || "(none)"}` };
+  }
+  if (parseAgentUser(requester)?.cluster !== cluster || !(csr.spec.groups ?? []).includes(clusterGroup(cluster))) {
+    return { skip: `illegal requester ${requester}: not an agent of cluster ${cluster}` };
+  }
+  return { approve: signer === KubeAPIServerClientSignerName ? "kube-client" : "custom-signer" };
 }
 
 function customSignerOf(template: AddOnTemplate, signer: string) {

@@ -35,7 +35,8 @@ import {
 import { ManifestWorkResource, WorkFinalizer, WorkGroup } from "../../shared/api/work.ts";
 import { AddonNameLabel, clusterGroup } from "../../shared/api/registration.ts";
 import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb, clusterBindingGroup } from "../../shared/api/register.ts";
-import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
+import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
+import { bootstrapApprovable, readRequest } from "../../shared/cluster-csr.ts";
 import { AddOnGroup } from "../../shared/api/addon.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
@@ -119,20 +120,28 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
 export const wasAccepted = (c: ManagedCluster) => isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted);
 
 // OCM's CSR hub driver accepts every cluster once the ManagedClusterAutoApproval gate is on. We narrow
-// it to clusters whose agent bootstrapped with an auto-approval identity (a CSR labelled with the
-// cluster, requested by one of those users); otherwise any ManagedCluster anyone may create would be
-// let in. The annotation makes it happen once: an admin's later hubAcceptsClient=false sticks.
+// it to clusters whose agent bootstrapped with an auto-approval identity allowed that cluster name: a
+// CSR that the csr-approver's own bootstrap rules approve (shared/cluster-csr.ts) and that no admin
+// denied. A CSR that is merely labelled with the cluster proves nothing. The annotation makes it
+// happen once: an admin's later hubAcceptsClient=false sticks.
 export function isAutoAcceptPending(c: ManagedCluster, config: Config): boolean {
   return config.autoApprovalUsers.length > 0 && c.metadata.annotations?.[ClusterAnnotation.AutomaticallyAcceptedOn] === undefined;
 }
 
-async function bootstrappedByAutoApprovalUser(hub: KubeClient, cluster: string, users: readonly string[]): Promise<boolean> {
+async function bootstrappedByAutoApprovalUser(hub: KubeClient, cluster: string, autoApproval: readonly string[]): Promise<boolean> {
   const { items } = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, {
     labelSelector: `${ClusterLabel.ClusterName}=${cluster},!${AddonNameLabel}`,
     fieldSelector: `spec.signerName=${KubeAPIServerClientSignerName}`,
   });
-  return items.some((csr) => users.includes(csr.spec.username ?? ""));
+  for (const csr of items) {
+    if (isDenied(csr)) continue;
+    const judged = bootstrapApprovable(csr, await readRequest(csr.spec.request), autoApproval);
+    if (!("reason" in judged) && judged.cluster === cluster) return true;
+  }
+  return false;
 }
+
+const isDenied = (csr: CertificateSigningRequest) => (csr.status?.conditions ?? []).some((c) => c.type === CsrConditionType.Denied);
 
 async function autoAccept(hub: KubeClient, c: ManagedCluster, now: Date): Promise<ManagedCluster> {
   const patch = {

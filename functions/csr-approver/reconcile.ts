@@ -7,11 +7,10 @@ import type { FunctionEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { resourcePath } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, SubjectAccessReviewResource } from "../../shared/api/kube.ts";
-import { CsrConditionType, KeyUsage, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
+import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CsrApproval, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
-import { CsrUsages, ManagedClustersGroup, SubjectPrefix, clusterGroup } from "../../shared/api/registration.ts";
-import { parseCertificateRequest } from "../../shared/pki.ts";
+import { bootstrapApprovable, isTerminal, readRequest, recogniseAgentCsr } from "../../shared/cluster-csr.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
@@ -78,56 +77,9 @@ export async function decide(csr: CertificateSigningRequest, config: Config, ren
   if (csr.spec.username === commonName) {
     return (await renewAllowed(csr)) ? { approve: "renewal", cluster } : { skip: `renewal by ${commonName} not authorised (cluster not accepted)` };
   }
-  if (config.autoApprovalUsers.includes(csr.spec.username ?? "")) return { approve: "bootstrap", cluster };
-  return { skip: `requested by ${csr.spec.username ?? "nobody"}: neither the agent itself nor an auto-approval user` };
-}
-
-export function isTerminal(csr: CertificateSigningRequest): boolean {
-  return (csr.status?.conditions ?? []).some((c) => c.type === CsrConditionType.Approved || c.type === CsrConditionType.Denied);
-}
-
-export type RequestInfo = { blockType: string; commonName: string; organizations: string[]; signatureValid: boolean } | { unreadable: string };
-
-// spec.request is base64 of PEM; like Go's pem.Decode, only the first block counts.
-export async function readRequest(base64Pem: string): Promise<RequestInfo> {
-  const text = Buffer.from(base64Pem, "base64").toString("utf8");
-  const block = /-----BEGIN ([^-\r\n]+)-----\r?\n[\s\S]*?-----END \1-----/.exec(text);
-  if (!block) return { unreadable: "no PEM block" };
-  if (block[1] !== "CERTIFICATE REQUEST") return { blockType: block[1]!, commonName: "", organizations: [], signatureValid: false };
-  try {
-    const parsed = await parseCertificateRequest(block[0]);
-    return { blockType: block[1], commonName: parsed.commonName, organizations: parsed.organizations, signatureValid: parsed.signatureValid };
-  } catch (err) {
-    return { unreadable: err instanceof Error ? err.message : String(err) };
-  }
-}
-
-const agentUsages: ReadonlySet<string> = new Set(CsrUsages);
-
-// "Recognised" as OCM's validateCSR has it, plus two checks OCM leaves to the signer: the usages of a
-// client certificate, and a valid self-signature (kube-controller-manager refuses to sign without one).
-export function recogniseAgentCsr(csr: CertificateSigningRequest, request: RequestInfo): { cluster: string; agent: string; commonName: string } | { reason: string } {
-  const cluster = csr.metadata.labels?.[ClusterLabel.ClusterName];
-  if (!cluster) return { reason: `no ${ClusterLabel.ClusterName} label` };
-  if (csr.spec.signerName !== KubeAPIServerClientSignerName) return { reason: `signer ${csr.spec.signerName}` };
-  const usages = csr.spec.usages ?? [];
-  if (!usages.includes(KeyUsage.ClientAuth) || usages.some((u) => !agentUsages.has(u))) return { reason: `usages ${usages.join(", ")}` };
-  if ("unreadable" in request) return { reason: `unreadable request: ${request.unreadable}` };
-  if (request.blockType !== "CERTIFICATE REQUEST") return { reason: `PEM block ${request.blockType}` };
-  if (!request.signatureValid) return { reason: "request signature does not verify" };
-
-  // Organizations: exactly the cluster's group, plus optionally the all-clusters group.
-  const orgs = new Set(request.organizations);
-  orgs.delete(ManagedClustersGroup);
-  if (orgs.size !== 1 || !orgs.has(clusterGroup(cluster))) return { reason: `organizations ${request.organizations.join(", ")} do not name cluster ${cluster}` };
-
-  // CN: system:open-cluster-management:<cluster>:<agent>, both parts non-empty, cluster as labelled.
-  const { commonName } = request;
-  if (!commonName.startsWith(SubjectPrefix)) return { reason: `common name ${commonName}` };
-  const parts = commonName.slice(SubjectPrefix.length).split(":");
-  if (parts.length !== 2 || !parts[0] || !parts[1]) return { reason: `common name ${commonName}` };
-  if (parts[0] !== cluster) return { reason: `common name ${commonName} names another cluster than ${cluster}` };
-  return { cluster, agent: parts[1], commonName };
+  const bootstrap = bootstrapApprovable(csr, request, config.autoApprovalUsers);
+  if ("reason" in bootstrap) return { skip: `requested by ${csr.spec.username ?? "nobody"}: neither the agent itself nor an auto-approval user for cluster ${cluster}` };
+  return { approve: "bootstrap", cluster };
 }
 
 type SubjectAccessReview = { status?: { allowed?: boolean } };

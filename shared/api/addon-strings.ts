@@ -3,15 +3,14 @@
 // as ocm, addon-framework and sdk-go spell them.
 import { AddOnGroup } from "./addon.ts";
 
-// status.registrations subjects (addon-framework agent.DefaultUser / DefaultGroups).
-export const addonAgentUser = (cluster: string, addon: string, agent: string) => `system:open-cluster-management:cluster:${cluster}:addon:${addon}:agent:${agent}`;
-export const addonGroups = (cluster: string, addon: string) => [`system:open-cluster-management:cluster:${cluster}:addon:${addon}`, `system:open-cluster-management:addon:${addon}`];
-// An AddOnTemplate add-on's agent is named <addon>-agent (ocm templateagent).
-export const templateAgentName = (addon: string) => `${addon}-agent`;
-// The cluster's agents' requests start with this; the framework's approver checks it on spec.username.
-export const clusterSubjectPrefix = (cluster: string) => `system:open-cluster-management:${cluster}`;
 // RBAC never binds this group for an add-on agent.
 export const AuthenticatedGroup = "system:authenticated";
+// status.registrations subjects (addon-framework agent.DefaultUser / DefaultGroups): the cluster's
+// add-on group, the add-on's group, and system:authenticated, in this order.
+export const addonAgentUser = (cluster: string, addon: string, agent: string) => `system:open-cluster-management:cluster:${cluster}:addon:${addon}:agent:${agent}`;
+export const addonGroups = (cluster: string, addon: string) => [`system:open-cluster-management:cluster:${cluster}:addon:${addon}`, `system:open-cluster-management:addon:${addon}`, AuthenticatedGroup];
+// An AddOnTemplate add-on's agent is named <addon>-agent (ocm templateagent).
+export const templateAgentName = (addon: string) => `${addon}-agent`;
 
 export const AddOnMessage = {
   RegistrationApplied: "Registration of the addon agent is configured",

@@ -113,7 +113,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   await applyManifests(hub, readFileSync(join(manifests, "hub", "bootstrap-rbac.yaml"), "utf8"));
   const tokens = new Map<string, Awaited<ReturnType<typeof hubCluster.createBootstrapToken>>>();
   for (const s of o.spokes) tokens.set(s.name, await hubCluster.createBootstrapToken(["system:bootstrappers:managedcluster"]));
-  const autoApprovalUsers = o.spokes.filter((s) => s.autoApprove).map((s) => tokens.get(s.name)!.user);
+  // Each auto-approved spoke's token may register that cluster's name and no other.
+  const autoApprovalUsers = o.spokes.filter((s) => s.autoApprove).map((s) => `${tokens.get(s.name)!.user}=${s.name}`);
 
   // Hub: registration, health and add-on functions, fed by the hub relay.
   const hubSettings = { hubCluster: "hub", autoApprovalUsers };

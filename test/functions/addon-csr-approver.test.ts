@@ -21,7 +21,8 @@ import {
 import { AddonManagerNamespaceDefault, addonAgentUser, addonGroups, templateAgentName } from "../../shared/api/addon-strings.ts";
 import { createCertificateAuthority, createCertificateRequest, generateKeyPair, isIssuedBy, readCertificate, type Subject } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/addon-csr-approver/reconcile.ts";
+import { decideApproval, spec, type Config } from "../../functions/addon-csr-approver/reconcile.ts";
+import { readRequest } from "../../functions/addon-csr-approver/signing.ts";
 import { specHash } from "../../functions/addon-manager/spec-hash.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
@@ -98,6 +99,11 @@ async function agentOf(c: string): Promise<KubeClient> {
   return KubeClient.fromKubeconfig(await hub.kubeconfigFor({ user: agentUser(c, "agent1"), groups: [clusterGroup(c), ManagedClustersGroup] }));
 }
 
+// An add-on's agent with its issued identity (and, for the test, leave to create CSRs).
+async function addonAgentOf(c: string, addon: string): Promise<KubeClient> {
+  return KubeClient.fromKubeconfig(await hub.kubeconfigFor({ user: addonAgentUser(c, addon, templateAgentName(addon)), groups: [...addonGroups(c, addon).slice(0, 2), ManagedClustersGroup] }));
+}
+
 type CsrShape = { labelCluster: string; addon: string; subject: Subject; signerName?: string };
 const addonSubject = (c: string, addon: string): Subject => ({ commonName: addonAgentUser(c, addon, templateAgentName(addon)), organizations: addonGroups(c, addon) });
 
@@ -116,7 +122,7 @@ const approvals = (csr: CertificateSigningRequest) => (csr.status?.conditions ??
 type Row = {
   name: string;
   // the add-on is enabled on clusters "mine" and "theirs"; the agent of `requester` asks
-  requester: "mine" | "theirs" | "mine-prefixed";
+  requester: "mine" | "theirs" | "mine-prefixed" | "mine-addon-agent";
   shape: (k: { mine: string; theirs: string; addon: string }) => CsrShape;
   approved: boolean;
   signed?: boolean;
@@ -131,10 +137,46 @@ const rows: Row[] = [
     shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: addonSubject(mine, addon) }),
     approved: false,
   },
+  // One extra organization would be a group of the attacker's choosing in the issued certificate.
+  ...[
+    { extra: "another cluster's group", group: ({ theirs }: { theirs: string }) => clusterGroup(theirs) },
+    { extra: "the cluster bootstrappers' group", group: () => "system:bootstrappers:managedcluster" },
+    { extra: "another cluster's add-on group", group: ({ theirs, addon }: { theirs: string; addon: string }) => addonGroups(theirs, addon)[0]! },
+  ].map(({ extra, group }): Row => ({
+    name: `does not approve the two default add-on groups plus ${extra} instead of system:authenticated`,
+    requester: "mine",
+    shape: (k) => ({ labelCluster: k.mine, addon: k.addon, subject: { ...addonSubject(k.mine, k.addon), organizations: [...addonGroups(k.mine, k.addon).slice(0, 2), group(k)] } }),
+    approved: false,
+  })),
+  {
+    name: "does not approve the three default groups plus one more",
+    requester: "mine",
+    shape: ({ mine, theirs, addon }) => ({ labelCluster: mine, addon, subject: { ...addonSubject(mine, addon), organizations: [...addonGroups(mine, addon), clusterGroup(theirs)] } }),
+    approved: false,
+  },
+  {
+    name: "does not approve only the two named default groups (addon-framework asks for three)",
+    requester: "mine",
+    shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: { ...addonSubject(mine, addon), organizations: addonGroups(mine, addon).slice(0, 2) } }),
+    approved: false,
+  },
+  { name: "does not approve a request from the add-on's own agent rather than the cluster's agent", requester: "mine-addon-agent", shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: addonSubject(mine, addon) }), approved: false },
   { name: "does not approve a subject with only one of the default groups", requester: "mine", shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: { ...addonSubject(mine, addon), organizations: addonGroups(mine, addon).slice(0, 1) } }), approved: false },
   { name: "does not approve a CN other than the template agent's default user", requester: "mine", shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: { ...addonSubject(mine, addon), commonName: addonAgentUser(mine, addon, addon) } }), approved: false },
   { name: "does not approve a CSR for an add-on that is not enabled on the cluster", requester: "mine", shape: ({ mine }) => ({ labelCluster: mine, addon: "not-enabled", subject: addonSubject(mine, "not-enabled") }), approved: false },
   { name: "approves a custom-signer CSR of the template's signer and signs it with the template's CA", requester: "mine", shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: addonSubject(mine, addon), signerName: SIGNER }), approved: true, signed: true },
+  {
+    name: "does not approve a custom-signer CSR for another cluster's add-on identity",
+    requester: "mine",
+    shape: ({ mine, theirs, addon }) => ({ labelCluster: mine, addon, subject: addonSubject(theirs, addon), signerName: SIGNER }),
+    approved: false,
+  },
+  {
+    name: "does not approve a custom-signer CSR with an organization its registration does not name",
+    requester: "mine",
+    shape: ({ mine, theirs, addon }) => ({ labelCluster: mine, addon, subject: { ...addonSubject(mine, addon), organizations: [...addonGroups(mine, addon), clusterGroup(theirs)] }, signerName: SIGNER }),
+    approved: false,
+  },
   { name: "leaves a CSR of a signer the template does not register", requester: "mine", shape: ({ mine, addon }) => ({ labelCluster: mine, addon, subject: addonSubject(mine, addon), signerName: "example.com/other" }), approved: false },
 ];
 
@@ -143,7 +185,10 @@ describe("approving and signing add-on CSRs", () => {
     const mine = await newCluster();
     const theirs = await newCluster();
     const addon = await templateAddon([mine, theirs]);
-    const requester = await agentOf(row.requester === "theirs" ? theirs : row.requester === "mine-prefixed" ? `${mine}0` : mine);
+    const requester =
+      row.requester === "mine-addon-agent"
+        ? await addonAgentOf(mine, addon)
+        : await agentOf(row.requester === "theirs" ? theirs : row.requester === "mine-prefixed" ? `${mine}0` : mine);
     try {
       const csr = await createCsr(requester, row.shape({ mine, theirs, addon }));
       expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
@@ -162,6 +207,34 @@ describe("approving and signing add-on CSRs", () => {
       expect(cert.notAfter.getTime() - cert.notBefore.getTime()).toBe(24 * 3600_000);
     } finally {
       requester.close();
+    }
+  });
+});
+
+// kube-apiserver itself refuses any kube-apiserver-client CSR naming system:masters, so that attack
+// never reaches the function; the function's own rule refuses it too.
+describe("system:masters in an add-on CSR", () => {
+  it("is refused by kube-apiserver at create, and by the approver's rule", async () => {
+    const [mine, theirs] = [await newCluster(), await newCluster()];
+    const addon = await templateAddon([mine, theirs]);
+    const agent = await agentOf(mine);
+    try {
+      const subject = { ...addonSubject(mine, addon), organizations: [...addonGroups(mine, addon).slice(0, 2), "system:masters"] };
+      const request = await createCertificateRequest(subject, await generateKeyPair());
+      const body: CertificateSigningRequest = {
+        metadata: { name: `addon-${mine}-${addon}-${suffix()}`, labels: { [ClusterLabel.ClusterName]: mine, [AddOnLabel.AddonName]: addon } },
+        spec: { request: Buffer.from(request).toString("base64"), signerName: KubeAPIServerClientSignerName, usages: [...CsrUsages] },
+      };
+      await expect(agent.create(CertificateSigningRequestResource, body)).rejects.toMatchObject({ code: 403, message: expect.stringContaining("system:masters") });
+      const template = (await admin.get<AddOnTemplate>(AddOnTemplateResource, addon))!;
+      const asFiled = { ...body, spec: { ...body.spec, username: agentUser(mine, "agent1"), groups: [clusterGroup(mine), ManagedClustersGroup] } };
+      expect(decideApproval(asFiled, { cluster: mine, addon, template }, await readRequest(body.spec.request))).toEqual({ skip: expect.stringContaining("system:masters") });
+      // control: the same call approves the default subject
+      const good = await createCertificateRequest(addonSubject(mine, addon), await generateKeyPair());
+      const goodFiled = { ...asFiled, spec: { ...asFiled.spec, request: Buffer.from(good).toString("base64") } };
+      expect(decideApproval(goodFiled, { cluster: mine, addon, template }, await readRequest(goodFiled.spec.request))).toEqual({ approve: "kube-client" });
+    } finally {
+      agent.close();
     }
   });
 });

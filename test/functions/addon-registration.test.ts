@@ -293,7 +293,11 @@ describe("custom signers", () => {
     const name = `${addon}-example.com-${signerName.split("/")[1]}-client-cert`;
     const first = await issued(a, addon, { namespace: DEFAULT_NS, name });
     const subject = { user: `someone-${suffix()}`, groups: ["team-a"], organizationUnit: ["unit-1"] };
-    await hub.patch(ManagedClusterAddOnV1alpha1Resource, addon, { status: { registrations: [{ signerName, subject }] } }, { namespace: C, subresource: "status" });
+    // The hub admin changes the template's subject; the addon-manager carries it into status.registrations.
+    const template = (await hub.get<AddOnTemplate>(AddOnTemplateResource, addon))!;
+    await hub.update(AddOnTemplateResource, { ...template, spec: { ...template.spec, registration: [{ type: "CustomSigner", customSigner: { signerName, signingCA: { name: CA_SECRET }, subject } }] } });
+    await runManager(addon);
+    expect((await readAddon(addon)).status?.registrations).toEqual([{ signerName, subject }]);
     const second = await issued(a, addon, { namespace: DEFAULT_NS, name });
     expect(secretText(second, "tls.crt")).not.toBe(secretText(first, "tls.crt"));
     const cert = new x509.X509Certificate(secretText(second, "tls.crt")!);

@@ -39,6 +39,7 @@ let admin: KubeClient;
 let io: Io<Config>;
 let autoApprover: { user: string; client: KubeClient };
 let otherBootstrapper: { user: string; client: KubeClient };
+let edgeBootstrapper: { user: string; client: KubeClient }; // an auto-approval user for edge-* clusters only
 
 beforeAll(async () => {
   local = await startClusters({ names: [HUB] });
@@ -54,10 +55,11 @@ beforeAll(async () => {
     roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "test:csr-requester" },
     subjects: [{ kind: "Group", apiGroup: "rbac.authorization.k8s.io", name: BOOTSTRAP_GROUP }],
   });
-  const [auto, other] = await Promise.all([hub.createBootstrapToken([BOOTSTRAP_GROUP]), hub.createBootstrapToken([BOOTSTRAP_GROUP])]);
-  autoApprover = { user: auto.user, client: KubeClient.fromKubeconfig(auto.kubeconfig) };
-  otherBootstrapper = { user: other.user, client: KubeClient.fromKubeconfig(other.kubeconfig) };
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [autoApprover.user] });
+  const [auto, other, edge] = await Promise.all([1, 2, 3].map(() => hub.createBootstrapToken([BOOTSTRAP_GROUP])));
+  autoApprover = { user: auto!.user, client: KubeClient.fromKubeconfig(auto!.kubeconfig) };
+  otherBootstrapper = { user: other!.user, client: KubeClient.fromKubeconfig(other!.kubeconfig) };
+  edgeBootstrapper = { user: edge!.user, client: KubeClient.fromKubeconfig(edge!.kubeconfig) };
+  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*`] });
   // Wait until the function's RBAC is in force and the CRDs' storage is ready (it answers 429 at first).
   await eventually(() => Promise.all([ManagedClusterResource, ManifestWorkResource].map((r) => io.cluster(HUB).list(r))));
 });
@@ -78,8 +80,8 @@ async function setAccepts(c: string, hubAcceptsClient: boolean): Promise<Managed
 }
 
 // The bootstrap CSR an agent of cluster c makes with the given bootstrap identity.
-async function bootstrapCsr(requester: KubeClient, c: string): Promise<CertificateSigningRequest> {
-  const request = await createCertificateRequest({ commonName: agentUser(c, "agent1"), organizations: [clusterGroup(c), ManagedClustersGroup] }, await generateKeyPair());
+async function bootstrapCsr(requester: KubeClient, c: string, commonName = agentUser(c, "agent1")): Promise<CertificateSigningRequest> {
+  const request = await createCertificateRequest({ commonName, organizations: [clusterGroup(c), ManagedClustersGroup] }, await generateKeyPair());
   const body: CertificateSigningRequest = {
     metadata: { name: `${c}-${suffix()}`, labels: { [ClusterLabel.ClusterName]: c } },
     spec: { request: Buffer.from(request).toString("base64"), signerName: KubeAPIServerClientSignerName, usages: [...CsrUsages] },
@@ -158,7 +160,11 @@ const untouchedState: Partial<State> = {
 
 type Scenario = {
   name: string;
-  given: { hubAcceptsClient: boolean; bootstrapCsrBy?: "auto-approval user" | "another user" };
+  given: {
+    hubAcceptsClient: boolean;
+    bootstrapCsrBy?: "auto-approval user" | "another user" | "auto-approval user, nonsense CN" | "edge-only auto-approval user";
+    namePrefix?: string; // cluster names are <prefix><random>; "c" unless set
+  };
   // admin changes, each followed by the event the change produces
   when: ("reconcile" | "admin sets hubAcceptsClient=false" | "admin sets hubAcceptsClient=true")[];
   then: Partial<State>;
@@ -176,6 +182,15 @@ const scenarios: Scenario[] = [
   { name: "accepts again after a deny", given: { hubAcceptsClient: true }, when: ["reconcile", "admin sets hubAcceptsClient=false", "admin sets hubAcceptsClient=true"], then: acceptedState },
   { name: "auto-accepts a cluster whose bootstrap CSR came from an auto-approval user", given: { hubAcceptsClient: false, bootstrapCsrBy: "auto-approval user" }, when: ["reconcile"], then: { ...acceptedState, autoAccepted: true } },
   { name: "does not auto-accept a cluster whose bootstrap CSR came from another user", given: { hubAcceptsClient: false, bootstrapCsrBy: "another user" }, when: ["reconcile"], then: untouchedState },
+  // An auto-approval user's CSR counts only when the csr-approver would approve it for this cluster.
+  {
+    name: "does not auto-accept a cluster for an auto-approval user's CSR that the approver would refuse (nonsense CN)",
+    given: { hubAcceptsClient: false, bootstrapCsrBy: "auto-approval user, nonsense CN" },
+    when: ["reconcile"],
+    then: untouchedState,
+  },
+  { name: "auto-accepts a cluster a narrowed auto-approval user may register (edge-*)", given: { hubAcceptsClient: false, bootstrapCsrBy: "edge-only auto-approval user", namePrefix: "edge-" }, when: ["reconcile"], then: { ...acceptedState, autoAccepted: true } },
+  { name: "does not auto-accept a cluster outside a narrowed auto-approval user's names", given: { hubAcceptsClient: false, bootstrapCsrBy: "edge-only auto-approval user" }, when: ["reconcile"], then: untouchedState },
   {
     name: "keeps an auto-accepted cluster denied once the admin sets hubAcceptsClient=false",
     given: { hubAcceptsClient: false, bootstrapCsrBy: "auto-approval user" },
@@ -186,9 +201,12 @@ const scenarios: Scenario[] = [
 
 describe("accepting and denying clusters", () => {
   it.each(scenarios)("$name", async ({ given, when, then }) => {
-    const c = `c${suffix()}`;
+    const c = `${given.namePrefix ?? "c"}${suffix()}`;
     const created = await createCluster(c, given.hubAcceptsClient);
-    if (given.bootstrapCsrBy) await bootstrapCsr(given.bootstrapCsrBy === "auto-approval user" ? autoApprover.client : otherBootstrapper.client, c);
+    const by = given.bootstrapCsrBy;
+    if (by === "auto-approval user" || by === "another user") await bootstrapCsr(by === "auto-approval user" ? autoApprover.client : otherBootstrapper.client, c);
+    if (by === "auto-approval user, nonsense CN") await bootstrapCsr(autoApprover.client, c, "nonsense");
+    if (by === "edge-only auto-approval user") await bootstrapCsr(edgeBootstrapper.client, c);
     for (const step of when) {
       const changed = step === "reconcile" ? created : await setAccepts(c, step.endsWith("true"));
       await deliver(clusterEvent(changed));
@@ -297,7 +315,7 @@ describe("cluster deletion", () => {
   it("keeps the work RoleBinding, and the cluster, until the cluster's ManifestWorks are gone", async () => {
     const c = `c${suffix()}`;
     await deliver(clusterEvent(await createCluster(c, true)));
-    const work = await admin.create(ManifestWorkResource, { metadata: { name: "w1", namespace: c }, spec: { workload: { manifests: [] } } });
+    const work = await admin.create(ManifestWorkResource, { metadata: { name: "w1", namespace: c }, spec: { workload: { manifests: [{ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "w1", namespace: "default" } }] } } });
     await admin.delete(ManagedClusterResource, c);
 
     const reply = await deliver(clusterEvent((await readCluster(c))!));

@@ -26,6 +26,7 @@ let admin: KubeClient;
 let io: Io<Config>;
 let autoApprover: { user: string; client: KubeClient }; // a bootstrap token listed in autoApprovalUsers
 let otherBootstrapper: { user: string; client: KubeClient };
+let edgeBootstrapper: { user: string; client: KubeClient }; // an auto-approval user for edge-* and exactly "lab" only
 
 beforeAll(async () => {
   local = await startClusters({ names: [HUB], crds: false });
@@ -41,10 +42,11 @@ beforeAll(async () => {
     roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "test:csr-requester" },
     subjects: [BOOTSTRAP_GROUP, ManagedClustersGroup].map((name) => ({ kind: "Group", apiGroup: "rbac.authorization.k8s.io", name })),
   });
-  const [auto, other] = await Promise.all([hub.createBootstrapToken([BOOTSTRAP_GROUP]), hub.createBootstrapToken([BOOTSTRAP_GROUP])]);
-  autoApprover = { user: auto.user, client: KubeClient.fromKubeconfig(auto.kubeconfig) };
-  otherBootstrapper = { user: other.user, client: KubeClient.fromKubeconfig(other.kubeconfig) };
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [autoApprover.user] });
+  const [auto, other, edge] = await Promise.all([1, 2, 3].map(() => hub.createBootstrapToken([BOOTSTRAP_GROUP])));
+  autoApprover = { user: auto!.user, client: KubeClient.fromKubeconfig(auto!.kubeconfig) };
+  otherBootstrapper = { user: other!.user, client: KubeClient.fromKubeconfig(other!.kubeconfig) };
+  edgeBootstrapper = { user: edge!.user, client: KubeClient.fromKubeconfig(edge!.kubeconfig) };
+  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*|lab`] });
   // RBAC reaches the authorizer through an informer: wait until the function's identity is in force.
   await eventually(() => io.cluster(HUB).list(CertificateSigningRequestResource));
 });
@@ -100,7 +102,8 @@ const approvals = (csr: CertificateSigningRequest) => (csr.status?.conditions ??
 
 type Row = {
   name: string;
-  requester: "auto-approval user" | "other bootstrap user" | "agent";
+  requester: "auto-approval user" | "other bootstrap user" | "agent" | "edge-only auto-approval user";
+  cluster?: string; // the labelled cluster's name; default c<random>
   agentCluster?: (c: string) => string; // whose agent makes the request; default the labelled cluster
   shape?: (c: string) => CsrShape;
   renewGranted?: boolean;
@@ -137,12 +140,17 @@ const rows: Row[] = [
   { name: "ignores a CSR for another signer", requester: "auto-approval user", shape: (c) => ({ ...agentCsr(c), signerName: "example.com/agents" }), approved: false },
   { name: "rejects a CSR asking for server auth", requester: "auto-approval user", shape: (c) => ({ ...agentCsr(c), usages: [KeyUsage.ClientAuth, KeyUsage.ServerAuth] }), approved: false },
   { name: "rejects a CSR without client auth", requester: "auto-approval user", shape: (c) => ({ ...agentCsr(c), usages: [KeyUsage.DigitalSignature, KeyUsage.KeyEncipherment] }), approved: false },
+  // Auto-approval narrowed to cluster names: "<user>=edge-*|lab".
+  { name: "approves a narrowed auto-approval user's bootstrap CSR for a cluster its pattern names", requester: "edge-only auto-approval user", cluster: `edge-${suffix()}`, approved: true },
+  { name: "does not approve a narrowed auto-approval user's bootstrap CSR for any other cluster", requester: "edge-only auto-approval user", approved: false },
+  { name: "does not read a narrowed pattern as a prefix (lab does not admit lab2)", requester: "edge-only auto-approval user", cluster: "lab2", approved: false },
 ];
 
 describe("approving cluster agent CSRs", () => {
   it.each(rows)("$name", async (row) => {
-    const c = `c${suffix()}`;
-    const requester = row.requester === "agent" ? await agentOf(row.agentCluster?.(c) ?? c) : row.requester === "auto-approval user" ? autoApprover : otherBootstrapper;
+    const c = row.cluster ?? `c${suffix()}`;
+    const bootstrappers = { "auto-approval user": autoApprover, "other bootstrap user": otherBootstrapper, "edge-only auto-approval user": edgeBootstrapper };
+    const requester = row.requester === "agent" ? await agentOf(row.agentCluster?.(c) ?? c) : bootstrappers[row.requester];
     if (row.renewGranted) await grantRenew(row.agentCluster?.(c) ?? c, requester.user);
     const csr = await createCsr(requester.client, c, (row.shape ?? agentCsr)(c));
     expect(csr.spec.username).toBe(requester.user);

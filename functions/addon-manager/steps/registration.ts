@@ -23,14 +23,11 @@ import {
   AddonTemplateLabel,
   AuthenticatedGroup,
   BuiltInAddOnConfigs,
-  addonAgentUser,
-  addonGroups,
   hubPermissionBindingName,
-  templateAgentName,
 } from "../../../shared/api/addon-strings.ts";
+import { registrationsOf, type Registration } from "../../../shared/addon-registrations.ts";
 import type { AddOnStatus, Scene } from "../scene.ts";
 
-type Registration = NonNullable<AddOnStatus["registrations"]>[number];
 type RoleRef = { apiGroup: string; kind: string; name: string };
 type RoleBinding = KubeObject & { roleRef: RoleRef; subjects?: { kind: string; apiGroup?: string; name: string; namespace?: string }[] };
 
@@ -62,25 +59,6 @@ export async function registration(s: Scene, status: AddOnStatus): Promise<void>
     return;
   }
   set({ type: AddOnConditionType.RegistrationApplied, status: "True", reason: AddOnReason.SetPermissionApplied, message: AddOnMessage.RegistrationApplied });
-}
-
-// One registration per template registration, in the v1alpha1 shape (kubeClient ⇔ the
-// kube-apiserver-client signer). A template agent is named <addon>-agent, so its default user is
-// system:open-cluster-management:cluster:<c>:addon:<a>:agent:<a>-agent.
-export function registrationsOf(template: AddOnTemplate, cluster: string, addon: string): Registration[] {
-  const user = addonAgentUser(cluster, addon, templateAgentName(addon));
-  const groups = addonGroups(cluster, addon);
-  return (template.spec.registration ?? []).flatMap((r): Registration[] => {
-    if (r.type === "KubeClient") return [{ signerName: KubeApiServerClientSigner, subject: { user, groups } }];
-    if (r.type === "CustomSigner" && r.customSigner) {
-      const custom = r.customSigner.subject;
-      const subject = custom
-        ? { ...(custom.user ? { user: custom.user } : {}), ...(custom.groups?.length ? { groups: custom.groups } : {}), ...(custom.organizationUnit?.length ? { organizationUnit: custom.organizationUnit } : {}) }
-        : { user, groups };
-      return [{ signerName: r.customSigner.signerName, subject }];
-    }
-    return [];
-  });
 }
 
 // OCM's order for a template add-on: the AddOnDeploymentConfig's agentInstallNamespace, else the

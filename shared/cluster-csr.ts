@@ -1,0 +1,77 @@
+// How the hub judges a cluster agent's CSR (ocm-protocol §3.2): "recognised" as OCM's validateCSR has
+// it, and approvable as a bootstrap request from an auto-approval user. The csr-approver approves by
+// these rules and the cluster-acceptor counts only what they accept, so the two never disagree.
+import { CsrConditionType, KeyUsage, type CertificateSigningRequest } from "./api/certificates.ts";
+import { KubeAPIServerClientSignerName } from "./api/kube.ts";
+import { ClusterLabel } from "./api/cluster.ts";
+import { CsrUsages, ManagedClustersGroup, SubjectPrefix, clusterGroup } from "./api/registration.ts";
+import { mayAutoApprove } from "./auto-approval.ts";
+import { parseCertificateRequest } from "./pki.ts";
+
+export type RequestInfo = { blockType: string; commonName: string; organizations: string[]; signatureValid: boolean } | { unreadable: string };
+
+// spec.request is base64 of PEM; like Go's pem.Decode, only the first block counts.
+export async function readRequest(base64Pem: string): Promise<RequestInfo> {
+  const text = Buffer.from(base64Pem, "base64").toString("utf8");
+  const block = /-----BEGIN ([^-\r\n]+)-----\r?\n[\s\S]*?-----END \1-----/.exec(text);
+  if (!block) return { unreadable: "no PEM block" };
+  if (block[1] !== "CERTIFICATE REQUEST") return { blockType: block[1]!, commonName: "", organizations: [], signatureValid: false };
+  try {
+    const parsed = await parseCertificateRequest(block[0]);
+    return { blockType: block[1], commonName: parsed.commonName, organizations: parsed.organizations, signatureValid: parsed.signatureValid };
+  } catch (err) {
+    return { unreadable: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+export function isTerminal(csr: CertificateSigningRequest): boolean {
+  return (csr.status?.conditions ?? []).some((c) => c.type === CsrConditionType.Approved || c.type === CsrConditionType.Denied);
+}
+
+// system:open-cluster-management:<cluster>:<agent>, both parts non-empty and without colons.
+export function parseAgentUser(user: string): { cluster: string; agent: string } | undefined {
+  if (!user.startsWith(SubjectPrefix)) return undefined;
+  const parts = user.slice(SubjectPrefix.length).split(":");
+  if (parts.length !== 2 || !parts[0] || !parts[1]) return undefined;
+  return { cluster: parts[0], agent: parts[1] };
+}
+
+const agentUsages: ReadonlySet<string> = new Set(CsrUsages);
+
+export type Recognised = { cluster: string; agent: string; commonName: string };
+
+// "Recognised" as OCM's validateCSR has it, plus two checks OCM leaves to the signer: the usages of a
+// client certificate, and a valid self-signature (kube-controller-manager refuses to sign without one).
+export function recogniseAgentCsr(csr: CertificateSigningRequest, request: RequestInfo): Recognised | { reason: string } {
+  const cluster = csr.metadata.labels?.[ClusterLabel.ClusterName];
+  if (!cluster) return { reason: `no ${ClusterLabel.ClusterName} label` };
+  if (csr.spec.signerName !== KubeAPIServerClientSignerName) return { reason: `signer ${csr.spec.signerName}` };
+  const usages = csr.spec.usages ?? [];
+  if (!usages.includes(KeyUsage.ClientAuth) || usages.some((u) => !agentUsages.has(u))) return { reason: `usages ${usages.join(", ")}` };
+  if ("unreadable" in request) return { reason: `unreadable request: ${request.unreadable}` };
+  if (request.blockType !== "CERTIFICATE REQUEST") return { reason: `PEM block ${request.blockType}` };
+  if (!request.signatureValid) return { reason: "request signature does not verify" };
+
+  // Organizations: exactly the cluster's group, plus optionally the all-clusters group.
+  const orgs = new Set(request.organizations);
+  orgs.delete(ManagedClustersGroup);
+  if (orgs.size !== 1 || !orgs.has(clusterGroup(cluster))) return { reason: `organizations ${request.organizations.join(", ")} do not name cluster ${cluster}` };
+
+  // CN: system:open-cluster-management:<cluster>:<agent>, cluster as labelled.
+  const { commonName } = request;
+  const agent = parseAgentUser(commonName);
+  if (!agent) return { reason: `common name ${commonName}` };
+  if (agent.cluster !== cluster) return { reason: `common name ${commonName} names another cluster than ${cluster}` };
+  return { cluster, agent: agent.agent, commonName };
+}
+
+// A bootstrap request the hub approves without an admin: recognised, not a renewal, and from a user
+// the auto-approval entries let register this cluster.
+export function bootstrapApprovable(csr: CertificateSigningRequest, request: RequestInfo, autoApproval: readonly string[]): Recognised | { reason: string } {
+  const recognised = recogniseAgentCsr(csr, request);
+  if ("reason" in recognised) return { reason: `not a cluster agent CSR: ${recognised.reason}` };
+  const user = csr.spec.username ?? "";
+  if (user === recognised.commonName) return { reason: "a renewal, not a bootstrap request" };
+  if (!mayAutoApprove(autoApproval, user, recognised.cluster)) return { reason: `requested by ${user || "nobody"}: not an auto-approval user for cluster ${recognised.cluster}` };
+  return recognised;
+}
