@@ -1,30 +1,82 @@
-// `ocmf accept`: what `clusteradm accept` does: approve the cluster's bootstrap CSR and set
-// hubAcceptsClient, so a waiting spoke joins.
+// `ocmf accept`: what `clusteradm accept` does: approve the cluster's bootstrap CSRs and set
+// hubAcceptsClient, so a waiting spoke joins, but never a CSR planted by another bootstrap identity.
 import { CertificateSigningRequestResource } from "../shared/api/kube.ts";
+import { CsrConditionType, type CertificateSigningRequest } from "../shared/api/certificates.ts";
 import { ClusterLabel, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { rfc3339 } from "../shared/clock.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
+import { readRequest, recogniseAgentCsr } from "../shared/cluster-csr.ts";
 
 const BOOTSTRAP_USER_PREFIX = "system:bootstrap:";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
 
-type Csr = KubeObject & { spec: { username?: string; groups?: string[] }; status?: { conditions?: { type: string }[] } };
+type Csr = CertificateSigningRequest & KubeObject & { metadata: { name: string } };
 
-export type AcceptResult = { csr: "approved" | "already decided" | "none"; accepted: "set" | "already" | "no cluster" };
+export type CsrVerdict = { name: string; requester: string; result: "approved" | "already approved" | "already denied" | "refused"; detail: string };
+export type AcceptResult = {
+  csr: "approved" | "already decided" | "refused" | "none"; // the summary: what happened to the cluster's request
+  csrs: CsrVerdict[];
+  accepted: "set" | "already" | "not set" | "no cluster";
+};
 
-export async function acceptCluster(hub: KubeClient, cluster: string): Promise<AcceptResult> {
+// requesters: the bootstrap users (spec.username) to trust. The API server sets that field from the
+// caller's credentials; clusteradm's --requesters names common names instead, but a planted request can
+// copy the real agent's common name, so it cannot tell the two apart.
+export async function acceptCluster(hub: KubeClient, cluster: string, o: { requesters?: readonly string[] } = {}): Promise<AcceptResult> {
   const { items } = await hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` });
   const bootstrap = items.filter((c) => c.spec.username?.startsWith(BOOTSTRAP_USER_PREFIX) && c.spec.groups?.includes(BOOTSTRAP_GROUP));
-  const decided = bootstrap.find((c) => c.status?.conditions?.some((x) => x.type === "Approved" || x.type === "Denied"));
-  const pending = bootstrap.find((c) => !c.status?.conditions?.length);
-  let csr: AcceptResult["csr"] = decided ? "already decided" : "none";
-  if (!decided && pending) {
-    const conditions = [{ type: "Approved", status: "True", reason: "ocmfApprove", message: "This CSR was approved by ocmf certificate approve.", lastUpdateTime: new Date().toISOString().replace(/\.\d+Z$/, "Z") }];
-    await hub.update(CertificateSigningRequestResource, { ...pending, status: { ...pending.status, conditions } }, "approval");
-    csr = "approved";
+  // As clusteradm, requests already decided count too: a new identity asking after the cluster joined is
+  // as suspect as two asking at once.
+  const requesters = [...new Set(bootstrap.map((c) => c.spec.username!))].sort();
+  const trusted = o.requesters?.length ? new Set(o.requesters) : requesters.length === 1 ? new Set(requesters) : undefined;
+  const csrs: CsrVerdict[] = [];
+  for (const csr of bootstrap) {
+    const verdict = await judge(csr, { cluster, requesters, trusted });
+    if (verdict.result === "approved") await approve(hub, csr);
+    csrs.push(verdict);
   }
+  const csr = summary(csrs);
+  // Nothing approved because of a refusal: the hub admin has to say who the cluster is first.
+  if (csr === "refused") return { csr, csrs, accepted: "not set" };
   const mc = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, cluster);
-  if (!mc) return { csr, accepted: "no cluster" };
-  if (mc.spec?.hubAcceptsClient) return { csr, accepted: "already" };
+  if (!mc) return { csr, csrs, accepted: "no cluster" };
+  if (mc.spec?.hubAcceptsClient) return { csr, csrs, accepted: "already" };
   await hub.update(ManagedClusterResource, { ...mc, spec: { ...mc.spec, hubAcceptsClient: true } });
-  return { csr, accepted: "set" };
+  return { csr, csrs, accepted: "set" };
+}
+
+async function judge(csr: Csr, o: { cluster: string; requesters: string[]; trusted: Set<string> | undefined }): Promise<CsrVerdict> {
+  const requester = csr.spec.username!;
+  const base = { name: csr.metadata.name, requester };
+  const conditions = csr.status?.conditions ?? [];
+  if (conditions.some((c) => c.type === CsrConditionType.Denied)) return { ...base, result: "already denied", detail: "" };
+  if (conditions.some((c) => c.type === CsrConditionType.Approved)) return { ...base, result: "already approved", detail: "" };
+  if (!o.trusted) return { ...base, result: "refused", detail: `the CSRs for ${o.cluster} come from ${o.requesters.length} requesters (${o.requesters.join(", ")}); name the one to trust with --requesters` };
+  if (!o.trusted.has(requester)) return { ...base, result: "refused", detail: `requester ${requester} is not in --requesters` };
+  const recognised = recogniseAgentCsr(csr, await readRequest(csr.spec.request));
+  if ("reason" in recognised) return { ...base, result: "refused", detail: `not a cluster agent CSR: ${recognised.reason}` };
+  return { ...base, result: "approved", detail: recognised.commonName };
+}
+
+function summary(csrs: CsrVerdict[]): AcceptResult["csr"] {
+  if (csrs.some((c) => c.result === "approved")) return "approved";
+  if (csrs.some((c) => c.result === "refused") && !csrs.some((c) => c.result === "already approved")) return "refused";
+  return csrs.length ? "already decided" : "none";
+}
+
+// PUT to the approval subresource with the resourceVersion read, so a concurrent decision conflicts.
+async function approve(hub: KubeClient, csr: Csr): Promise<void> {
+  const approved = { type: CsrConditionType.Approved, status: "True", reason: "ocmfApprove", message: "This CSR was approved by ocmf certificate approve.", lastUpdateTime: rfc3339(new Date()) };
+  await hub.update(CertificateSigningRequestResource, { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), approved] } }, "approval");
+}
+
+// One line per CSR and one for hubAcceptsClient, for the terminal.
+export function describeAccept(cluster: string, r: AcceptResult): string[] {
+  const lines = r.csrs.map((c) => {
+    if (c.result === "approved") return `${cluster}: CSR ${c.name} approved (requested by ${c.requester} as ${c.detail})`;
+    if (c.result === "refused") return `${cluster}: CSR ${c.name} refused (requested by ${c.requester}): ${c.detail}`;
+    return `${cluster}: CSR ${c.name} ${c.result}`;
+  });
+  const accepted = { set: "set", already: "already set", "not set": "not set: nothing approved", "no cluster": "not set: no ManagedCluster" }[r.accepted];
+  return [...lines, `${cluster}: hubAcceptsClient ${accepted}`];
 }

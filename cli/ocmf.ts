@@ -1,5 +1,7 @@
 // `ocmf`: the project's command line, in the manner of clusteradm.
-//   ocmf accept --clusters c1[,c2]                       approve the bootstrap CSR, set hubAcceptsClient
+//   ocmf accept --clusters c1[,c2]                       approve the bootstrap CSRs, set hubAcceptsClient
+//          [--requesters u1[,u2]]                        the bootstrap users to trust (needed when more
+//                                                        than one asks for the same cluster)
 //   ocmf get clusters | addons                           the ManagedCluster / ManagedClusterAddOn tables
 //   ocmf addon enable --names a[,b] --clusters c1[,c2]   create the ManagedClusterAddOns
 //   ocmf sidecar stop|start --cluster c1                 a local spoke's heartbeat sidecar (npm start)
@@ -8,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { KubeClient } from "../shared/kube/client.ts";
-import { acceptCluster } from "./accept.ts";
+import { acceptCluster, describeAccept } from "./accept.ts";
 import { enableAddon } from "./addon.ts";
 import { addonTable, clusterDetails, clusterTable } from "./cluster-table.ts";
 import { callControl } from "./control.ts";
@@ -21,6 +23,7 @@ const { positionals, values } = parseArgs({
     clusters: { type: "string" },
     cluster: { type: "string" },
     names: { type: "string" },
+    requesters: { type: "string" },
     namespace: { type: "string" },
   },
 });
@@ -33,11 +36,15 @@ const list = (s: string | undefined, flag: string) => {
 async function main(hub: KubeClient): Promise<void> {
   const [verb, noun] = positionals;
   if (verb === "accept") {
+    const requesters = values.requesters === undefined ? undefined : list(values.requesters, "--requesters");
+    const failed: string[] = [];
     for (const c of list(values.clusters, "--clusters")) {
-      const r = await acceptCluster(hub, c);
-      if (r.csr === "none") throw new Error(`no CSR to approve for cluster ${c}`);
-      console.log(`${c}: CSR ${r.csr}; hubAcceptsClient ${r.accepted}`);
+      const r = await acceptCluster(hub, c, { requesters });
+      for (const line of describeAccept(c, r)) console.log(line);
+      if (r.csr === "none") failed.push(`no CSR to approve for cluster ${c}`);
+      if (r.csr === "refused") failed.push(`nothing approved for cluster ${c}: its CSRs were refused`);
     }
+    if (failed.length) throw new Error(failed.join("; "));
   } else if (verb === "get" && noun === "clusters") {
     console.log(`${await clusterTable(hub)}\n\n${await clusterDetails(hub)}`);
   } else if (verb === "get" && noun === "addons") {
@@ -50,7 +57,7 @@ async function main(hub: KubeClient): Promise<void> {
     const [cluster] = list(values.cluster, "--cluster");
     console.log(await callControl(join(local, "control.json"), `/heartbeats/${cluster}/${noun}`));
   } else {
-    throw new Error("usage: ocmf accept --clusters C | get clusters|addons | addon enable --names A --clusters C | sidecar stop|start --cluster C");
+    throw new Error("usage: ocmf accept --clusters C [--requesters U] | get clusters|addons | addon enable --names A --clusters C | sidecar stop|start --cluster C");
   }
 }
 

@@ -1,7 +1,7 @@
 // CloudEvents in, typed events out: Knative ApiServerSource events (Resource and Reference mode)
 // carrying our `cluster` extension, and PingSource ticks for resyncs.
 import { z } from "zod";
-import type { KubeObject } from "./kube/client.ts";
+import { pathSegmentProblem, type KubeObject } from "./kube/client.ts";
 
 export const ApiServerSourceType = {
   ResourceAdd: "dev.knative.apiserver.resource.add",
@@ -25,19 +25,36 @@ export type TickEvent = { type: "tick"; cluster?: string };
 export type FunctionEvent = ObjectEvent | TickEvent;
 
 const name = z.string().min(1);
+// The names in an event end up in URL paths and keys, so they are held to Kubernetes' own rules (as the
+// API server validates them) before any function sees them. An object's name: any name the API server
+// accepts in a path (RBAC names carry colons), so not "." or "..", no "/" or "%", at most 253 characters.
+const objectName = z
+  .string()
+  .max(253)
+  .superRefine((s, ctx) => {
+    const problem = pathSegmentProblem(s);
+    if (problem) ctx.addIssue({ code: "custom", message: `name ${problem}` });
+  });
+const dns1123Label = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const dns1123Subdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+// "" is how ApiServerSource says "cluster-scoped".
+const namespace = z.union([z.literal(""), z.string().max(63).regex(dns1123Label, "namespace must be a DNS-1123 label")]).optional();
+const clusterName = z.string().max(253).regex(dns1123Subdomain, "cluster must be a DNS-1123 subdomain");
+// Label values become keys too (a ManifestWork's add-on label names its add-on, a CSR's its cluster).
+const labelValue = z.string().max(63).regex(/^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/, "label values must be Kubernetes label values");
 const objectAttributes = z.object({
   type: z.enum(Object.values(ApiServerSourceType) as [string, ...string[]]),
   source: name,
   id: name,
-  cluster: name.describe("the `cluster` extension: which cluster the object lives in"),
+  cluster: clusterName.describe("the `cluster` extension: which cluster the object lives in"),
   kind: name,
   apiversion: name,
-  name,
-  namespace: z.string().optional(),
+  name: objectName,
+  namespace,
 });
-const resourceData = z.looseObject({ metadata: z.looseObject({ name, namespace: z.string().optional() }) });
-const refData = z.looseObject({ kind: name, name, apiVersion: name, namespace: z.string().optional() });
-const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: z.string().optional() });
+const resourceData = z.looseObject({ metadata: z.looseObject({ name: objectName, namespace, labels: z.record(z.string(), labelValue).optional() }) });
+const refData = z.looseObject({ kind: name, name: objectName, apiVersion: name, namespace });
+const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: clusterName.optional() });
 
 export type ParseResult = { ok: true; event: FunctionEvent } | { ok: false; reason: string };
 

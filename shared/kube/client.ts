@@ -23,10 +23,28 @@ const CONTENT_TYPES: Record<PatchType, string> = {
   apply: "application/apply-patch+yaml",
 };
 
+// apimachinery's IsValidPathSegmentName, the rule for every name in a URL path: a name of "." or ".."
+// would resolve to the collection (a GET lists, a DELETE deletes the collection), "/" and "%" to
+// another path.
+export function pathSegmentProblem(s: string): string | undefined {
+  if (s === "") return "may not be empty";
+  if (s === "." || s === "..") return `may not be '${s}'`;
+  if (s.includes("/")) return "may not contain '/'";
+  if (s.includes("%")) return "may not contain '%'";
+  return undefined;
+}
+
+// name undefined addresses the collection; a namespace of "" or undefined, no namespace (cluster-scoped
+// objects, and lists, watches and creates across namespaces).
 export function resourcePath(r: ApiResource, o: { namespace?: string; name?: string; subresource?: string } = {}): string {
+  const segment = (what: string, s: string) => {
+    const problem = pathSegmentProblem(s);
+    if (problem) throw new Error(`refusing a request for ${r.plural}: ${what} ${JSON.stringify(s)} ${problem}`);
+    return `/${encodeURIComponent(s)}`;
+  };
   const base = r.group === "" ? `/api/${r.version}` : `/apis/${r.group}/${r.version}`;
-  const ns = r.namespaced && o.namespace ? `/namespaces/${encodeURIComponent(o.namespace)}` : "";
-  const name = o.name ? `/${encodeURIComponent(o.name)}` : "";
+  const ns = r.namespaced && o.namespace ? `/namespaces${segment("namespace", o.namespace)}` : "";
+  const name = o.name === undefined ? "" : segment("name", o.name);
   const sub = o.subresource ? `/${o.subresource}` : "";
   return `${base}${ns}/${r.plural}${name}${sub}`;
 }
@@ -133,7 +151,7 @@ export class KubeClient {
 
   // PUT: carries metadata.resourceVersion, so a concurrent change answers 409.
   update<T extends KubeObject>(r: ApiResource, body: T, subresource?: "status" | "approval"): Promise<T> {
-    const path = resourcePath(r, { name: body.metadata.name, namespace: body.metadata.namespace, subresource });
+    const path = resourcePath(r, { name: body.metadata.name ?? "", namespace: body.metadata.namespace, subresource });
     return this.request<T>("PUT", path, withType(r, body));
   }
 
