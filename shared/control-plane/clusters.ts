@@ -12,8 +12,12 @@ import { CoreV1Api } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { createCertificateAuthority, issueCertificate, generateKeyPair, privateKeyToPem, publicKeyToPem, type CertificateAuthority } from "../pki.ts";
 import { buildKubeconfig, kubeConfigFrom } from "../kube/kubeconfig.ts";
-import { KubeClient, type KubeObject } from "../kube/client.ts";
+import { KubeClient, resourcePath, type KubeObject } from "../kube/client.ts";
+import { KubeError } from "../kube/errors.ts";
 import { CustomResourceDefinitionResource } from "../api/kube.ts";
+import type { ApiResource } from "../api/meta.ts";
+import { ManagedClusterResource, ManagedClusterSetBindingResource } from "../api/cluster.ts";
+import { ManifestWorkResource } from "../api/work.ts";
 import { findBinaries, type Binaries } from "./binaries.ts";
 import { startGuard, startProcess, stopProcess, logTail, type Managed } from "./processes.ts";
 
@@ -27,6 +31,9 @@ export type StartOptions = {
   names: readonly string[];
   controllers?: readonly string[] | false; // false: no kube-controller-manager
   crds?: readonly object[] | false; // default: every CRD in manifests/crds
+  // OCM's admission rules (manifests/hub/admission-policies.yaml), enforced before start returns.
+  // Default: on whenever the OCM CRDs are installed; false opts out.
+  admission?: boolean;
   log?: (line: string) => void;
 };
 
@@ -170,6 +177,71 @@ async function installCrds(cluster: LocalCluster, crds: readonly object[]): Prom
   }
 }
 
+export function ocmAdmissionPolicies(): object[] {
+  const text = readFileSync(join(repoRoot, "manifests", "hub", "admission-policies.yaml"), "utf8");
+  return parseAllDocuments(text).map((d) => d.toJS() as object);
+}
+
+const admissionGroup = { group: "admissionregistration.k8s.io", version: "v1", namespaced: false } as const;
+const admissionResources: Record<string, ApiResource> = {
+  ValidatingAdmissionPolicy: { ...admissionGroup, kind: "ValidatingAdmissionPolicy", plural: "validatingadmissionpolicies" },
+  ValidatingAdmissionPolicyBinding: { ...admissionGroup, kind: "ValidatingAdmissionPolicyBinding", plural: "validatingadmissionpolicybindings" },
+};
+
+// One write per policy that it refuses even to system:masters, sent as a server-side dry run. The API
+// server loads policies and bindings asynchronously, so a policy is in force once its probe is refused.
+const admissionProbes: { policy: string; resource: ApiResource; body: KubeObject }[] = [
+  {
+    policy: "managedclustervalidators.admission.cluster.open-cluster-management.io",
+    resource: ManagedClusterResource,
+    body: { metadata: { name: "admission.probe" }, spec: { hubAcceptsClient: false } }, // not a namespace name
+  },
+  {
+    policy: "managedclustersetbindingvalidators.admission.cluster.open-cluster-management.io",
+    resource: ManagedClusterSetBindingResource,
+    body: { metadata: { name: "admission-probe", namespace: "default" }, spec: { clusterSet: "another-set" } },
+  },
+  {
+    policy: "manifestworkvalidators.admission.work.open-cluster-management.io",
+    resource: ManifestWorkResource,
+    body: { metadata: { name: "admission-probe", namespace: "default" }, spec: { workload: { manifests: [] } } },
+  },
+];
+
+async function isRefusedBy(client: KubeClient, probe: (typeof admissionProbes)[number]): Promise<boolean> {
+  const { resource: r, body } = probe;
+  const path = `${resourcePath(r, { namespace: body.metadata.namespace })}?dryRun=All`;
+  try {
+    await client.request("POST", path, { apiVersion: r.group ? `${r.group}/${r.version}` : r.version, kind: r.kind, ...body });
+    return false;
+  } catch (err) {
+    if (err instanceof KubeError && err.message.includes(`ValidatingAdmissionPolicy '${probe.policy}'`)) return true;
+    throw err;
+  }
+}
+
+async function createAdmissionPolicies(cluster: LocalCluster): Promise<void> {
+  const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
+  try {
+    for (const doc of ocmAdmissionPolicies() as KubeObject[]) {
+      const r = admissionResources[doc.kind ?? ""];
+      if (!r) throw new Error(`admission-policies.yaml: unexpected kind ${doc.kind}`);
+      await client.create(r, doc);
+    }
+  } finally {
+    client.close();
+  }
+}
+
+async function untilAdmissionEnforced(cluster: LocalCluster): Promise<void> {
+  const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
+  try {
+    await Promise.all(admissionProbes.map((p) => poll(`admission policy ${p.policy} on ${cluster.name}`, () => isRefusedBy(client, p), 30_000)));
+  } finally {
+    client.close();
+  }
+}
+
 async function startEtcd(bin: Binaries, runDir: string): Promise<{ url: string; process: Managed }> {
   const [client, peer] = [await freePort(), await freePort()];
   const data = join(runDir, "etcd");
@@ -240,6 +312,14 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
   cluster.adminKubeconfig = await cluster.kubeconfigFor({ user: "admin", groups: ["system:masters"] });
   writeFileSync(join(dir, "admin.kubeconfig"), cluster.adminKubeconfig, { mode: 0o600 });
 
+  // The policies match OCM kinds, and their probes need them served.
+  const crds = o.crds ?? ocmCrds();
+  const admission = o.admission ?? crds !== false;
+  if (admission && crds === false) throw new Error("admission policies need the OCM CRDs (crds: false was given)");
+  // Created now, they are loaded while the controller manager starts and the CRDs are established.
+  const policiesCreated = admission ? createAdmissionPolicies(cluster) : Promise.resolve();
+  policiesCreated.catch(() => {}); // awaited below; this only keeps an early failure from going unhandled
+
   const controllers = o.controllers ?? DEFAULT_CONTROLLERS;
   if (controllers !== false) {
     const healthPort = await freePort();
@@ -257,8 +337,9 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
     run.started.push(cluster.controllerManager);
     await poll(`kube-controller-manager ${name}`, () => httpOk(`https://127.0.0.1:${healthPort}/healthz`, "self-signed"), 60_000, exitedEarly(cluster.controllerManager));
   }
-  const crds = o.crds ?? ocmCrds();
   if (crds !== false && crds.length) await installCrds(cluster, crds);
+  await policiesCreated;
+  if (admission) await untilAdmissionEnforced(cluster);
   return cluster;
 }
 

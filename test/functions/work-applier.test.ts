@@ -3,6 +3,7 @@
 // pruned, deleted, orphaned, shared, and refused when too big (OCM's work_test and deleteoption_test).
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startFleet, type Fleet } from "../../shared/local/fleet.ts";
+import { startClusters, type LocalClusters } from "../../shared/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
@@ -24,6 +25,7 @@ import { eventually } from "../support/eventually.ts";
 const SPOKE = "cluster1";
 const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
 
+let clusters: LocalClusters;
 let fleet: Fleet;
 let hub: KubeClient; // hub admin: the ManifestWork author
 let spoke: KubeClient; // spoke admin: the test's eyes on the spoke
@@ -33,7 +35,10 @@ let hubHash: string;
 const clock = manualClock();
 
 beforeAll(async () => {
-  fleet = await startFleet({ spokes: [{ name: SPOKE, autoApprove: true }], resyncMs: 60_000 });
+  // No admission policies on this hub: the agent's own refusal of what OCM's webhook rejects is under
+  // test, so the hub must let such works through, as a hub without the webhook or policies would.
+  clusters = await startClusters({ names: ["hub", SPOKE], admission: false });
+  fleet = await startFleet({ clusters, spokes: [{ name: SPOKE, autoApprove: true }], resyncMs: 60_000 });
   hub = fleet.hub;
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(SPOKE).adminKubeconfig);
   const config = ConfigSchema.parse({ managementCluster: SPOKE, clusterName: SPOKE });
@@ -60,6 +65,7 @@ beforeAll(async () => {
 afterAll(async () => {
   spoke?.close();
   await fleet?.stop();
+  await clusters?.stop();
 });
 
 const suffix = () => Math.random().toString(36).slice(2, 7);
