@@ -10,12 +10,12 @@
 // watches with admin credentials (a bench shortcut: production's sources have their own ServiceAccounts).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { startFleet, type Fleet } from "../shared/local/fleet.ts";
-import { startFunction, type FunctionServer } from "../shared/local/functions.ts";
-import { identityFor } from "../shared/control-plane/identities.ts";
-import { startRelay, type Relay } from "../shared/relay/relay.ts";
-import type { SourceConfig } from "../shared/relay/config.ts";
-import { hubCredentialsFromAgentSecrets } from "../shared/relay/config.ts";
+import { startFleet, type Fleet } from "../dev/local/fleet.ts";
+import { startFunction, type FunctionServer } from "../dev/local/functions.ts";
+import { identityFor } from "../dev/control-plane/identities.ts";
+import { startRelay, type Relay } from "../components/relay/relay.ts";
+import type { SourceConfig } from "../components/relay/config.ts";
+import { hubCredentialsFromAgentSecrets } from "../components/relay/config.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { applyManifests } from "../shared/apply.ts";

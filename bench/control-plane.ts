@@ -1,5 +1,5 @@
 // Start-up time and memory of the local control planes (etcd + kube-apiserver + kube-controller-manager).
-import { startClusters } from "../shared/control-plane/clusters.ts";
+import { startClusters } from "../dev/control-plane/clusters.ts";
 import { percentile, ms, mib, rssOf } from "./stats.ts";
 
 const RUNS = 5;

@@ -1,8 +1,8 @@
 // Health timings on a local fleet: from stopping a spoke's heartbeat sidecar to the hub's
 // Available=Unknown, with OCM's grace (5 leases) and the fast setting (2 leases); and status-sync
 // latency from a Node change on the spoke to the ManagedCluster's patched capacity.
-import { startClusters } from "../shared/control-plane/clusters.ts";
-import { startFleet, type Fleet } from "../shared/local/fleet.ts";
+import { startClusters } from "../dev/control-plane/clusters.ts";
+import { startFleet, type Fleet } from "../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { NodeResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";

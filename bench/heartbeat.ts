@@ -1,13 +1,13 @@
-// Footprint of the heartbeat sidecar: cli/heartbeat.ts as a child process against a joined fleet
+// Footprint of the heartbeat sidecar: components/heartbeat/main.ts as a child process against a joined fleet
 // cluster with a 1 s lease, its resident memory from /proc while it runs, and its CPU per renewal as
 // the child measures it after warming up (logged on SIGTERM).
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startFleet } from "../shared/local/fleet.ts";
-import { freePort } from "../shared/control-plane/clusters.ts";
-import { identityFor } from "../shared/control-plane/identities.ts";
+import { startFleet } from "../dev/local/fleet.ts";
+import { freePort } from "../dev/control-plane/clusters.ts";
+import { identityFor } from "../dev/control-plane/identities.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
@@ -47,7 +47,7 @@ type Stopped = { beats: number; renewals: number; cpuUs: number; rssBytes: numbe
 
 async function runSidecar(kubeconfigFile: string, flags: string[]) {
   const port = await freePort();
-  const child = spawn(process.execPath, [...flags, join(import.meta.dirname, "..", "cli", "heartbeat.ts")], {
+  const child = spawn(process.execPath, [...flags, join(import.meta.dirname, "..", "components", "heartbeat", "main.ts")], {
     env: { ...process.env, SPOKE_CLUSTER_NAME: CLUSTER, KUBECONFIG: kubeconfigFile, HEALTH_PORT: String(port) },
     stdio: ["ignore", "ignore", "pipe"],
   });

@@ -1,8 +1,8 @@
 // Join latency: from a spoke's functions and relay starting (bootstrap kubeconfig in place, cluster
 // auto-approved) to a valid hub kubeconfig secret and ManagedClusterJoined=True, over 20 joins.
 import { appendFileSync } from "node:fs";
-import { startClusters } from "../shared/control-plane/clusters.ts";
-import { startFleet } from "../shared/local/fleet.ts";
+import { startClusters } from "../dev/control-plane/clusters.ts";
+import { startFleet } from "../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";

@@ -2,11 +2,11 @@
 // config maps, secrets) from its creation on the hub to Applied=True there, delivered as production
 // delivers it (a relay watching the hub with the cluster's credentials, the work-applier behind the
 // faas-js-runtime server); and the reconcile alone, for a fresh work and for a run with nothing to do.
-import { startFleet } from "../shared/local/fleet.ts";
-import { startFunction } from "../shared/local/functions.ts";
-import { identityFor } from "../shared/control-plane/identities.ts";
-import { startRelay } from "../shared/relay/relay.ts";
-import { hubCredentialsFromAgentSecrets } from "../shared/relay/config.ts";
+import { startFleet } from "../dev/local/fleet.ts";
+import { startFunction } from "../dev/local/functions.ts";
+import { identityFor } from "../dev/control-plane/identities.ts";
+import { startRelay } from "../components/relay/relay.ts";
+import { hubCredentialsFromAgentSecrets } from "../components/relay/config.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { jsonLog, reconcileKey, type Io } from "../shared/harness.ts";

@@ -2,7 +2,7 @@
 // inside that process, such as a spoke's heartbeat sidecar. Its URL is kept in .local/control.json.
 import { createServer, type Server } from "node:http";
 import { readFileSync } from "node:fs";
-import type { Fleet } from "../shared/local/fleet.ts";
+import type { Fleet } from "../dev/local/fleet.ts";
 
 export async function serveControl(fleet: Fleet): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => {

@@ -3,7 +3,7 @@
 // sidecar, until Ctrl-C. cluster1 joins by auto-approval; cluster2 waits for `ocmf accept`.
 import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
-import { startFleet } from "../shared/local/fleet.ts";
+import { startFleet } from "../dev/local/fleet.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { addonTable, clusterDetails, clusterTable } from "./cluster-table.ts";
 import { serveControl } from "./control.ts";

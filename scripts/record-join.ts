@@ -3,7 +3,7 @@
 //   node scripts/record-join.ts     (through scripts/run.sh, so the binaries are there)
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { startFleet } from "../shared/local/fleet.ts";
+import { startFleet } from "../dev/local/fleet.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { isTrue } from "../shared/conditions.ts";
 import type { KubeObject } from "../shared/kube/client.ts";

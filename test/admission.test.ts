@@ -3,7 +3,7 @@
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { startClusters, type LocalClusters, type LocalCluster } from "../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { applyManifests } from "../shared/apply.ts";

@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startClusters, type LocalClusters } from "../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { CertificateSigningRequestResource, KubeAPIServerClientSignerName } from "../shared/api/kube.ts";

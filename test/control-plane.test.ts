@@ -16,7 +16,7 @@ import {
   PatchStrategy,
   setHeaderOptions,
 } from "@kubernetes/client-node";
-import { startClusters, type LocalClusters } from "../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { buildKubeconfig, kubeConfigFrom } from "../shared/kube/kubeconfig.ts";
 import { createCertificateRequest, generateKeyPair, privateKeyToPem } from "../shared/pki.ts";
 import { eventually } from "./support/eventually.ts";

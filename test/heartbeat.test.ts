@@ -3,9 +3,9 @@
 // being recreated and the hub going away, and reports an expired certificate on /healthz.
 import { randomBytes } from "node:crypto";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalCluster, type LocalClusters } from "../shared/control-plane/clusters.ts";
-import { identityFor } from "../shared/control-plane/identities.ts";
-import { startApiserver, stopApiserver } from "../shared/control-plane/restart.ts";
+import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { identityFor } from "../dev/control-plane/identities.ts";
+import { startApiserver, stopApiserver } from "../dev/control-plane/restart.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
@@ -19,10 +19,10 @@ import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterRes
 import { AgentNamespaceDefault, HubSecretKey, ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
 import { setCondition } from "../shared/conditions.ts";
 import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
-import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../shared/heartbeat/sidecar.ts";
-import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../shared/heartbeat/schedule.ts";
-import { RebootstrapRequiredMessage } from "../shared/heartbeat/health.ts";
-import type { Lease } from "../shared/heartbeat/lease.ts";
+import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../components/heartbeat/sidecar.ts";
+import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../components/heartbeat/schedule.ts";
+import { RebootstrapRequiredMessage } from "../components/heartbeat/health.ts";
+import type { Lease } from "../components/heartbeat/lease.ts";
 import { eventually } from "./support/eventually.ts";
 
 let local: LocalClusters;

@@ -2,7 +2,7 @@
 // a URL path, "/" and "%" to another path) are refused when parsed: every hub function, under its own
 // identity, answers 400 with the reason and writes nothing. The client refuses such path segments too.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters } from "../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import { handleEvent, type FunctionSpec, type Io } from "../shared/harness.ts";

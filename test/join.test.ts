@@ -1,7 +1,7 @@
 // A spoke joins the hub with every part real: control planes, relays, and the four registration
 // functions as faas-js-runtime servers under their own identities.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startFleet, type Fleet } from "../shared/local/fleet.ts";
+import { startFleet, type Fleet } from "../dev/local/fleet.ts";
 import { acceptCluster } from "../cli/accept.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";

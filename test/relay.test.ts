@@ -10,8 +10,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { HTTP, type CloudEvent } from "cloudevents";
 import { stringify } from "yaml";
-import { startClusters, type LocalCluster, type LocalClusters } from "../shared/control-plane/clusters.ts";
-import { startProcess, stopProcess, type Managed } from "../shared/control-plane/processes.ts";
+import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, LeaseResource, NamespaceResource, RoleBindingResource, RoleResource, SecretResource } from "../shared/api/kube.ts";
@@ -20,9 +20,9 @@ import { parseEvent, PingSourceType, type ParseResult } from "../shared/events.t
 import { done, serve, type FunctionSpec, type Log } from "../shared/harness.ts";
 import { hubEndpoint, hubKubeconfig } from "../shared/hub-credentials.ts";
 import { issueCertificate } from "../shared/pki.ts";
-import { configFromEnvironment, hubCredentialsFromAgentSecrets, type SecretRef } from "../shared/relay/config.ts";
-import { resolveSecretKubeconfig } from "../shared/relay/credentials.ts";
-import { startRelay, type Relay, type RelayOptions } from "../shared/relay/relay.ts";
+import { configFromEnvironment, hubCredentialsFromAgentSecrets, type SecretRef } from "../components/relay/config.ts";
+import { resolveSecretKubeconfig } from "../components/relay/credentials.ts";
+import { startRelay, type Relay, type RelayOptions } from "../components/relay/relay.ts";
 import { startFunctionServer, testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -647,7 +647,7 @@ describe("the relay process", () => {
     };
     writeFileSync(join(dir, "relay.yaml"), stringify(config));
     const sink = await startSink();
-    const child = spawn(process.execPath, [join(import.meta.dirname, "..", "cli", "relay.ts"), "--config", join(dir, "relay.yaml")], {
+    const child = spawn(process.execPath, [join(import.meta.dirname, "..", "components", "relay", "main.ts"), "--config", join(dir, "relay.yaml")], {
       env: { ...process.env, K_SINK: sink.url, K_CE_OVERRIDES: JSON.stringify({ extensions: { tenant: "t1" } }) },
       stdio: ["ignore", "ignore", "pipe"],
     });

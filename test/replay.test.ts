@@ -4,7 +4,7 @@
 import { describe, it, expect, afterEach } from "vitest";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { startFleet, type Fleet } from "../shared/local/fleet.ts";
+import { startFleet, type Fleet } from "../dev/local/fleet.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault, HubKubeconfigSecretName } from "../shared/api/registration.ts";
 import { SecretResource } from "../shared/api/kube.ts";

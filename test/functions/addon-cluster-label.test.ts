@@ -1,7 +1,7 @@
 // The addon-cluster-label function against a real hub, under its own RBAC: a ManagedCluster carries
 // feature.open-cluster-management.io/addon-<a> after each add-on's Available, and loses it with the add-on.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { NamespaceResource } from "../../shared/api/kube.ts";

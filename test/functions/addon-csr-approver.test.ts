@@ -2,7 +2,7 @@
 // cluster agents that create them in OCM (their own certificates), approved only when the subject is
 // the add-on's and the cluster's agent asked, and custom-signer CSRs are signed with the template's CA.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, CertificateSigningRequestResource, KubeAPIServerClientSignerName, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";

@@ -3,7 +3,7 @@
 // its lease on the spoke, with OCM's strings, the exact expiry as the recheck, and the install namespace
 // read as OCM reads it.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startFleet, type Fleet } from "../../shared/local/fleet.ts";
+import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { LeaseResource, NamespaceResource } from "../../shared/api/kube.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";

@@ -2,7 +2,7 @@
 // Placements strategy keeps an add-on in exactly the clusters its placements' decisions name, and
 // self-managed add-ons are left alone.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { NamespaceResource } from "../../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource } from "../../shared/api/cluster.ts";

@@ -9,7 +9,7 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { parse } from "yaml";
 import "reflect-metadata"; // @peculiar/x509 resolves its algorithms through tsyringe, which needs it
 import * as x509 from "@peculiar/x509";
-import { startFleet, type Fleet } from "../../shared/local/fleet.ts";
+import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { applyManifests } from "../../shared/apply.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";

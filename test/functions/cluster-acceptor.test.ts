@@ -3,7 +3,7 @@
 // cluster's agent.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { isDeepStrictEqual } from "node:util";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
 import {

@@ -1,7 +1,7 @@
 // The cluster-lease-monitor function against a real hub, under its own RBAC. Grace periods are
 // crossed by moving the injected clock; leases are renewed by writing renewTime as an agent would.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { EventResource, LeaseResource, NamespaceResource } from "../../shared/api/kube.ts";
 import {

@@ -1,7 +1,7 @@
 // The cluster-taints function against a real hub, under its own RBAC: taints follow the Available
 // condition, keep their timeAdded, and nothing is written when nothing changes.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, TaintEffect, TaintKey, type ManagedCluster, type Taint } from "../../shared/api/cluster.ts";
 import type { NewCondition } from "../../shared/conditions.ts";

@@ -2,7 +2,7 @@
 // OCM (a bootstrap token, an agent's own certificate), the function runs under its own RBAC, and
 // kube-controller-manager signs what it approves.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, ClusterRoleBindingResource, ClusterRoleResource, KubeAPIServerClientSignerName, SubjectAccessReviewResource } from "../../shared/api/kube.ts";
 import { CsrConditionType, KeyUsage, type CertificateSigningRequest } from "../../shared/api/certificates.ts";

@@ -4,7 +4,7 @@
 // the real registration functions; then the spoke's relay stops and the tests call the function
 // themselves, under its own identity, with a clock they move.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startFleet, type Fleet } from "../../shared/local/fleet.ts";
+import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { ClusterRoleBindingResource, ConfigMapResource, EventResource, NodeResource } from "../../shared/api/kube.ts";
 import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";

@@ -4,7 +4,7 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse, stringify } from "yaml";
-import { startClusters, type LocalClusters } from "../../shared/control-plane/clusters.ts";
+import { startClusters, type LocalClusters } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, SecretResource } from "../../shared/api/kube.ts";
 import { ManagedClusterResource, ClusterLabel } from "../../shared/api/cluster.ts";

@@ -2,8 +2,8 @@
 // spoke identity and the cluster's hub identity: ManifestWorks applied in kind order, reported, updated,
 // pruned, deleted, orphaned, shared, and refused when too big (OCM's work_test and deleteoption_test).
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startFleet, type Fleet } from "../../shared/local/fleet.ts";
-import { startClusters, type LocalClusters } from "../../shared/control-plane/clusters.ts";
+import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
+import { startClusters, type LocalClusters } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";

@@ -9,7 +9,7 @@ import { systemClock } from "../../shared/clock.ts";
 
 
 // Functions run under the RBAC of manifests/rbac/<fn>.yaml, bound to a user named after them.
-export { identityFor } from "../../shared/control-plane/identities.ts";
+export { identityFor } from "../../dev/control-plane/identities.ts";
 
 export function testIo<C>(kubeconfigs: Record<string, string>, config: C, clock: Clock = systemClock): Io<C> {
   return { clock, config, log: jsonLog("test", process.env.DEBUG_FUNCTIONS ? undefined : "quiet"), cluster: clientsFromKubeconfigs(kubeconfigs) };
@@ -39,7 +39,7 @@ export function tickEvent(cluster?: string): Record<string, unknown> {
 }
 
 // The function behind faas-js-runtime's real HTTP server, on a free loopback port.
-export { startFunctionServer } from "../../shared/local/functions.ts";
+export { startFunctionServer } from "../../dev/local/functions.ts";
 
 // POST in binary mode, as the ApiServerSource adapter does; an event without data has no body and no
 // content type (a JSON content type with an empty body is a 400 from the runtime).

@@ -1,7 +1,7 @@
 // Functions as the Knative Functions runtime runs them: faas-js-runtime HTTP servers on loopback ports.
 import type { Server } from "node:http";
 import faas from "faas-js-runtime";
-import { serve, type FunctionSpec, type Io } from "../harness.ts";
+import { serve, type FunctionSpec, type Io } from "../../shared/harness.ts";
 import { freePort } from "../control-plane/clusters.ts";
 
 export type FunctionServer = { url: string; close(): Promise<void> };

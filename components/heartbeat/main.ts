@@ -1,13 +1,13 @@
-// The heartbeat sidecar as a process: `node cli/heartbeat.ts`, configured from the environment. It reads
+// The heartbeat sidecar as a process: `node components/heartbeat/main.ts`, configured from the environment. It reads
 // the agent's secrets on the management cluster (KUBECONFIG, else the pod's service account) and renews
 // the cluster lease on the hub. On SIGTERM/SIGINT it stops and logs its counters.
 import { readFileSync } from "node:fs";
 import { KubeConfig } from "@kubernetes/client-node";
 import { z } from "zod";
-import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../shared/api/registration.ts";
-import { jsonLog } from "../shared/harness.ts";
-import { KubeClient } from "../shared/kube/client.ts";
-import { startHeartbeat, type Heartbeat } from "../shared/heartbeat/sidecar.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
+import { jsonLog } from "../../shared/harness.ts";
+import { KubeClient } from "../../shared/kube/client.ts";
+import { startHeartbeat, type Heartbeat } from "./sidecar.ts";
 
 const ConfigSchema = z.object({
   clusterName: z.string().min(1),

@@ -2,10 +2,10 @@
 // resolve on a 500), one object key at a time but many keys at once, bursts per key coalesced to the
 // latest state, retries with exponential backoff, and re-sends when the function asks to be called again.
 import { HTTP, type CloudEvent } from "cloudevents";
-import type { Clock } from "../clock.ts";
-import type { Log } from "../harness.ts";
+import type { Clock } from "../../shared/clock.ts";
+import type { Log } from "../../shared/harness.ts";
 import type { DeliveryConfig, SinkConfig } from "./config.ts";
-import { delay, exponentialBackoff } from "./backoff.ts";
+import { delay, exponentialBackoff } from "../../shared/backoff.ts";
 import { mismatch } from "./cloudevents.ts";
 
 // What shared/harness.ts answers when a reconcile returns { recheckInMs }.

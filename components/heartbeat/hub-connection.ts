@@ -2,10 +2,10 @@
 // and only when its resourceVersion moved is the bootstrap secret read, the pair judged (OCM's
 // IsHubKubeConfigValid, §3.5) and a new client built. A rotated certificate is picked up within a
 // period; an unchanged one costs one small GET.
-import { SecretResource } from "../api/kube.ts";
-import { HubSecretKey } from "../api/registration.ts";
-import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../hub-credentials.ts";
-import type { KubeClient } from "../kube/client.ts";
+import { SecretResource } from "../../shared/api/kube.ts";
+import { HubSecretKey } from "../../shared/api/registration.ts";
+import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../shared/hub-credentials.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
 
 // judgeHubSecret's reason for a certificate past its notAfter: the one state a restart into
 // re-bootstrap fixes, so the health endpoint reports it.

@@ -1,10 +1,10 @@
-// The relay as a process: `node cli/relay.ts --config relay.yaml`, or in a ContainerSource with the
+// The relay as a process: `node components/relay/main.ts --config relay.yaml`, or in a ContainerSource with the
 // configuration in OCM_RELAY_CONFIG and the sink in K_SINK. Stops cleanly on SIGTERM/SIGINT.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { jsonLog } from "../shared/harness.ts";
-import { configFromEnvironment } from "../shared/relay/config.ts";
-import { startRelay, type Relay } from "../shared/relay/relay.ts";
+import { jsonLog } from "../../shared/harness.ts";
+import { configFromEnvironment } from "./config.ts";
+import { startRelay, type Relay } from "./relay.ts";
 
 const log = jsonLog("relay");
 const { values } = parseArgs({ options: { config: { type: "string" } } });

@@ -1,9 +1,9 @@
 // The relay's wiring: credentials per cluster, one source per watched (cluster, resource, selector),
 // changes turned into CloudEvents and routed to every sink whose filter passes them, resync ticks per
 // cluster, recording, and a stop() that ends watches, retries and timers.
-import { systemClock, type Clock } from "../clock.ts";
-import { jsonLog, type Log } from "../harness.ts";
-import type { KubeObject } from "../kube/client.ts";
+import { systemClock, type Clock } from "../../shared/clock.ts";
+import { jsonLog, type Log } from "../../shared/harness.ts";
+import type { KubeObject } from "../../shared/kube/client.ts";
 import { RelayConfigSchema, sourceName, type RelayConfigInput } from "./config.ts";
 import { credentialProviders, type CredentialStatus } from "./credentials.ts";
 import { objectEvent, tickEvent, type Verb } from "./cloudevents.ts";

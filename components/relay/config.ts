@@ -2,7 +2,7 @@
 // credentials, and which HTTP sinks get which events. The CLI reads it from a file; tests pass it inline.
 import { z } from "zod";
 import { parse } from "yaml";
-import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../api/registration.ts";
+import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 
 const name = z.string().min(1);
 const positiveMs = z.number().int().positive();

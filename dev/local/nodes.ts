@@ -1,8 +1,8 @@
 // Node objects for local spokes, where no kubelet registers any: two nodes with capacity, one of them
 // cordoned, so status sync has capacity and allocatable to sum as on a real cluster.
-import { NodeResource } from "../api/kube.ts";
-import type { KubeClient, KubeObject } from "../kube/client.ts";
-import { isAlreadyExists } from "../kube/errors.ts";
+import { NodeResource } from "../../shared/api/kube.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { isAlreadyExists } from "../../shared/kube/errors.ts";
 
 const nodes = [
   { name: "local-node-a", unschedulable: false, capacity: { cpu: "4", memory: "16Gi", pods: "110", "ephemeral-storage": "100Gi" }, allocatable: { cpu: "3800m", memory: "15Gi", pods: "110", "ephemeral-storage": "95Gi" } },

@@ -6,25 +6,25 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { startClusters, type LocalClusters } from "../control-plane/clusters.ts";
 import { identityFor } from "../control-plane/identities.ts";
-import { KubeClient } from "../kube/client.ts";
-import { clientsFromKubeconfigs } from "../kube/clients.ts";
-import { applyManifests } from "../apply.ts";
-import { jsonLog, type FunctionSpec, type Io } from "../harness.ts";
-import { systemClock, type Clock } from "../clock.ts";
-import { SecretResource, CertificateSigningRequestResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../api/kube.ts";
-import { ManagedClusterResource, ClusterLabel, ClusterClaimResource, ManagedClusterLeaseName, PlacementResource, PlacementDecisionResource } from "../api/cluster.ts";
+import { KubeClient } from "../../shared/kube/client.ts";
+import { clientsFromKubeconfigs } from "../../shared/kube/clients.ts";
+import { applyManifests } from "../../shared/apply.ts";
+import { jsonLog, type FunctionSpec, type Io } from "../../shared/harness.ts";
+import { systemClock, type Clock } from "../../shared/clock.ts";
+import { SecretResource, CertificateSigningRequestResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../../shared/api/kube.ts";
+import { ManagedClusterResource, ClusterLabel, ClusterClaimResource, ManagedClusterLeaseName, PlacementResource, PlacementDecisionResource } from "../../shared/api/cluster.ts";
 import {
   ClusterManagementAddOnV1alpha1Resource,
   ManagedClusterAddOnV1alpha1Resource,
   AddOnTemplateResource,
   AddOnDeploymentConfigV1alpha1Resource,
-} from "../api/addon.ts";
-import { ManifestWorkResource, AppliedManifestWorkResource } from "../api/work.ts";
-import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, AddonNameLabel } from "../api/registration.ts";
-import { startRelay, type Relay, type RelayOptions } from "../relay/relay.ts";
-import { hubCredentialsFromAgentSecrets } from "../relay/config.ts";
-import { startHeartbeat, type Heartbeat } from "../heartbeat/sidecar.ts";
-import type { ApiResource } from "../api/meta.ts";
+} from "../../shared/api/addon.ts";
+import { ManifestWorkResource, AppliedManifestWorkResource } from "../../shared/api/work.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, AddonNameLabel } from "../../shared/api/registration.ts";
+import { startRelay, type Relay, type RelayOptions } from "../../components/relay/relay.ts";
+import { hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
+import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
+import type { ApiResource } from "../../shared/api/meta.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";

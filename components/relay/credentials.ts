@@ -4,11 +4,11 @@
 import { createHash, createPrivateKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { KubeConfig } from "@kubernetes/client-node";
-import { SecretResource } from "../api/kube.ts";
-import type { Clock } from "../clock.ts";
-import type { Log } from "../harness.ts";
-import { KubeClient } from "../kube/client.ts";
-import { clientWithSecretFiles, secretText, type Secret } from "../hub-credentials.ts";
+import { SecretResource } from "../../shared/api/kube.ts";
+import type { Clock } from "../../shared/clock.ts";
+import type { Log } from "../../shared/harness.ts";
+import { KubeClient } from "../../shared/kube/client.ts";
+import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
 import type { CredentialsConfig, SecretRef, WatchConfig } from "./config.ts";
 import { startSource, type Source } from "./source.ts";
 

@@ -1,6 +1,6 @@
-// Waiting in the relay: exponential backoff with jitter, and delays that end early when a signal aborts,
-// so stop() never waits out a retry.
-import type { BackoffConfig } from "./config.ts";
+// Waiting in the long-lived components (relay, heartbeat): exponential backoff with jitter, and delays
+// that end early when a signal aborts, so stop() never waits out a retry.
+export type BackoffConfig = { initialMs: number; maxMs: number };
 
 export type Backoff = { next(): number; reset(): void };
 

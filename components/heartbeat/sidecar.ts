@@ -1,13 +1,13 @@
 // The heartbeat sidecar (OCM §5.2): the one long-lived loop in the project. Each period it reads the
 // agent's hub credentials and its ManagedCluster, and renews managed-cluster-lease while the cluster is
 // accepted; it backs off while the hub is unreachable and serves the health endpoint.
-import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../api/cluster.ts";
-import { systemClock, type Clock } from "../clock.ts";
-import { isTrue } from "../conditions.ts";
-import type { Log } from "../harness.ts";
-import type { AgentSecrets } from "../hub-credentials.ts";
-import type { KubeClient } from "../kube/client.ts";
-import { classifyError } from "../kube/errors.ts";
+import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { systemClock, type Clock } from "../../shared/clock.ts";
+import { isTrue } from "../../shared/conditions.ts";
+import type { Log } from "../../shared/harness.ts";
+import type { AgentSecrets } from "../../shared/hub-credentials.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+import { classifyError } from "../../shared/kube/errors.ts";
 import { RebootstrapRequiredMessage, serveHealth, type Health, type HealthEndpoint } from "./health.ts";
 import { hubConnections, type ConnectionState } from "./hub-connection.ts";
 import { renewLease, type Lease } from "./lease.ts";

@@ -2,10 +2,10 @@
 // (spec §1.1, §2.1), plus our `cluster` extension and the K_CE_OVERRIDES extensions.
 import { randomUUID } from "node:crypto";
 import { CloudEvent } from "cloudevents";
-import type { ApiResource } from "../api/meta.ts";
-import type { KubeObject } from "../kube/client.ts";
-import type { Clock } from "../clock.ts";
-import { ApiServerSourceType, PingSourceType } from "../events.ts";
+import type { ApiResource } from "../../shared/api/meta.ts";
+import type { KubeObject } from "../../shared/kube/client.ts";
+import type { Clock } from "../../shared/clock.ts";
+import { ApiServerSourceType, PingSourceType } from "../../shared/events.ts";
 
 export type Verb = "add" | "update" | "delete";
 export type Mode = "Resource" | "Reference";

@@ -1,13 +1,13 @@
 // One watched (cluster, resource, selector): an initial list, then a watch resumed from the last
 // resourceVersion or bookmark after every disconnect, and a re-list diffed against what it knew when
 // the server answers 410 or the credentials change. It reports changes; it does not deliver them.
-import type { ApiResource } from "../api/meta.ts";
-import type { KubeClient, KubeObject, WatchEvent } from "../kube/client.ts";
-import { KubeError, statusCodeOf } from "../kube/errors.ts";
-import type { Log } from "../harness.ts";
+import type { ApiResource } from "../../shared/api/meta.ts";
+import type { KubeClient, KubeObject, WatchEvent } from "../../shared/kube/client.ts";
+import { KubeError, statusCodeOf } from "../../shared/kube/errors.ts";
+import type { Log } from "../../shared/harness.ts";
 import type { WatchConfig } from "./config.ts";
 import type { CredentialProvider } from "./credentials.ts";
-import { delay, exponentialBackoff } from "./backoff.ts";
+import { delay, exponentialBackoff } from "../../shared/backoff.ts";
 import type { Verb } from "./cloudevents.ts";
 
 export type Change = { verb: Verb; object: KubeObject; server: string };

@@ -3,13 +3,13 @@
 // registration wrote (as the kubelet would mount them), then acts as the Deployment's ServiceAccount:
 // copies the ConfigMaps of its cluster's namespace on the hub into its install namespace, and renews
 // its lease `helloworld` there, as addon-framework agents do, which is what the add-on's health reads.
-import { ConfigMapResource, LeaseResource, SecretResource } from "../api/kube.ts";
-import { createOrUpdate } from "../apply.ts";
-import { microTime, type Clock } from "../clock.ts";
-import { clientWithSecretFiles, secretText, type Secret } from "../hub-credentials.ts";
-import { KubeClient, type KubeObject } from "../kube/client.ts";
+import { ConfigMapResource, LeaseResource, SecretResource } from "../../shared/api/kube.ts";
+import { createOrUpdate } from "../../shared/apply.ts";
+import { microTime, type Clock } from "../../shared/clock.ts";
+import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
+import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import type { LocalCluster } from "../control-plane/clusters.ts";
-import type { Log } from "../harness.ts";
+import type { Log } from "../../shared/harness.ts";
 
 const ADDON = "helloworld";
 const INSTALL_NAMESPACE = "open-cluster-management-agent-addon";

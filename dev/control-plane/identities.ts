@@ -3,9 +3,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
-import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource, RoleResource } from "../api/kube.ts";
-import { createOrUpdate } from "../apply.ts";
-import { KubeClient, type KubeObject } from "../kube/client.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource, RoleResource } from "../../shared/api/kube.ts";
+import { createOrUpdate } from "../../shared/apply.ts";
+import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import type { LocalCluster } from "./clusters.ts";
 
 const rbacDir = join(import.meta.dirname, "..", "..", "manifests", "rbac");
