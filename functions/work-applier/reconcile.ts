@@ -32,7 +32,7 @@ import { readFeedback } from "./feedback.ts";
 import { findManifestConfig, type ResourceMeta } from "./manifest-config.ts";
 import { applyOrder, applyRank, UNLISTED_RANK } from "./order.ts";
 import { appliedWorkOwner, isOwnedByTheWork, removalOf } from "./ownership.ts";
-import { compactMeta, deletingCondition, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
+import { appliedRecord, ocmResourceMeta, deletingCondition, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentID: z.string().min(1).optional(), // OCM's --agent-id; default the hub hash, as OCM's
@@ -367,7 +367,7 @@ type Observed = { outcome: ManifestOutcome; live?: KubeObject; readFailed: boole
 // The status side of §7.3: what is live now, and the feedback the rules read from it.
 async function observe(ctx: Ctx, r: ApplyResult): Promise<Observed> {
   const c = ctx.io.config;
-  const base = { resourceMeta: compactMeta(r.resourceMeta), applied: r.applied };
+  const base = { resourceMeta: ocmResourceMeta(r.resourceMeta), applied: r.applied };
   if (!r.resource || !r.resourceMeta.name) return { outcome: { ...base, read: { state: "incomplete" } }, readFailed: true, result: r };
   let live = r.live;
   if (!r.liveKnown) {
@@ -389,10 +389,7 @@ function trackedResources(observed: readonly Observed[]): AppliedResource[] | un
   if (observed.some((o) => o.readFailed)) return undefined;
   return observed
     .filter((o) => o.live)
-    .map((o) => {
-      const m = o.result.resourceMeta;
-      return normalized({ group: m.group || undefined, version: m.version!, resource: m.resource!, namespace: m.namespace || undefined, name: m.name!, uid: o.live!.metadata.uid });
-    });
+    .map((o) => appliedRecord(o.result.resourceMeta, o.live!.metadata.uid));
 }
 
 // The next look: soon while deletions are pending, with a backoff (from how long Applied has been

@@ -15,20 +15,27 @@ export type ReadOutcome =
   | { state: "incomplete" };
 export type ManifestOutcome = { resourceMeta: ResourceMeta; applied: AppliedOutcome; read: ReadOutcome };
 
-// OCM's json tags omit empty strings.
-export function compactMeta(m: ResourceMeta): ResourceMeta {
-  return Object.fromEntries(Object.entries(m).filter(([, v]) => v !== "" && v !== undefined)) as ResourceMeta;
+// OCM's ManifestResourceMeta has no omitempty: every field is written, "" for a core group, a
+// cluster-scoped object or a part that could not be told.
+export function ocmResourceMeta(m: ResourceMeta): Required<ResourceMeta> {
+  return { ordinal: m.ordinal, group: m.group ?? "", version: m.version ?? "", kind: m.kind ?? "", resource: m.resource ?? "", name: m.name ?? "", namespace: m.namespace ?? "" };
 }
 
-const withoutOrdinal = ({ ordinal: _o, ...rest }: ResourceMeta) => compactMeta(rest as ResourceMeta);
+// What the AppliedManifestWork records of an applied object (OCM's AppliedManifestResourceMeta: group
+// and namespace always written, uid when known).
+export function appliedRecord(m: ResourceMeta, uid: string | undefined): { group: string; version: string; resource: string; namespace: string; name: string; uid?: string } {
+  return { group: m.group ?? "", version: m.version ?? "", resource: m.resource ?? "", namespace: m.namespace ?? "", name: m.name ?? "", ...(uid ? { uid } : {}) };
+}
+
+const withoutOrdinal = ({ ordinal: _o, ...rest }: ResourceMeta) => ocmResourceMeta({ ...rest, ordinal: 0 });
 
 // OCM's MergeManifestConditions lookup: the same resource meta, else the same meta at another ordinal
 // when only one old entry has it.
 function previousFor(meta: ResourceMeta, previous: readonly ManifestCondition[]): ManifestCondition | undefined {
-  const exact = previous.find((p) => isDeepStrictEqual(compactMeta(p.resourceMeta as ResourceMeta), compactMeta(meta)));
+  const exact = previous.find((p) => isDeepStrictEqual(ocmResourceMeta(p.resourceMeta as ResourceMeta), ocmResourceMeta(meta)));
   if (exact) return exact;
   const same = previous.filter((p) => isDeepStrictEqual(withoutOrdinal(p.resourceMeta as ResourceMeta), withoutOrdinal(meta)));
-  return same.length === 1 && Object.keys(withoutOrdinal(meta)).length > 0 ? same[0] : undefined;
+  return same.length === 1 && Object.values(withoutOrdinal(meta)).some((v) => v !== "" && v !== 0) ? same[0] : undefined;
 }
 
 export function appliedCondition(a: AppliedOutcome, generation: number): NewCondition {
@@ -67,7 +74,7 @@ export function manifestStatuses({ previous, outcomes, generation, now }: { prev
       conditions = setCondition(conditions, feedback.condition, now);
       values = feedback.values;
     }
-    return { resourceMeta: compactMeta(o.resourceMeta), statusFeedback: values.length > 0 ? { values } : {}, conditions };
+    return { resourceMeta: ocmResourceMeta(o.resourceMeta), statusFeedback: values.length > 0 ? { values } : {}, conditions };
   });
 }
 

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { parse } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
 import { crds } from "../../shared/api/crds.ts";
+import { appliedRecord, manifestStatuses } from "../../functions/work-applier/status.ts";
 
 const ocmApiModule = "open-cluster-management.io/api@v1.3.0";
 
@@ -122,10 +123,60 @@ export function compareSchemas(ocm: Node, ours: Node | undefined, path: string):
   return problems;
 }
 
+// The JSON keys a Go struct in OCM's types always writes (no omitempty), and every key it may write;
+// embedded `json:",inline"` structs contribute theirs.
+type GoJsonKeys = { always: string[]; all: string[] };
+function goJsonKeys(source: string, struct: string): GoJsonKeys {
+  const body = new RegExp(`type ${struct} struct \\{([\\s\\S]*?)\\n\\}`).exec(source)?.[1];
+  if (body === undefined) throw new Error(`struct ${struct} not found`);
+  const keys: GoJsonKeys = { always: [], all: [] };
+  for (const m of body.matchAll(/^\s*(\w+)(?:\s+[\w.*\[\]]+)?\s+`json:"([^"]*)"/gm)) {
+    const [name, ...options] = m[2]!.split(",");
+    if (name === "" && options.includes("inline")) {
+      const inner = goJsonKeys(source, m[1]!);
+      keys.always.push(...inner.always);
+      keys.all.push(...inner.all);
+      continue;
+    }
+    keys.all.push(name!);
+    if (!options.includes("omitempty")) keys.always.push(name!);
+  }
+  return keys;
+}
+
 describe("CRDs conform to OCM's published open-cluster-management.io/api v1.3.0", () => {
   let ocm: Map<string, Crd>;
+  let apiDir: string;
   beforeAll(() => {
-    ocm = readOcmCrds(downloadOcmApi());
+    apiDir = downloadOcmApi();
+    ocm = readOcmCrds(apiDir);
+  });
+
+  // OCM's work agent writes "" for a core group and a cluster-scoped namespace; a status missing them
+  // is not what OCM's clients read.
+  it("writes work status in the shape OCM's Go types declare: every field without omitempty, nothing else", () => {
+    const types = readFileSync(join(apiDir, "work", "v1", "types.go"), "utf8");
+    const metas = [
+      { ordinal: 0, version: "v1", kind: "ConfigMap", resource: "configmaps", name: "cm", namespace: "demo" },
+      { ordinal: 1, version: "v1", kind: "Namespace", resource: "namespaces", name: "demo" },
+      { ordinal: 2, group: "apps", version: "v1", kind: "Deployment", resource: "deployments", name: "web", namespace: "demo" },
+    ];
+    const statuses = manifestStatuses({ outcomes: metas.map((resourceMeta) => ({ resourceMeta, applied: { ok: true }, read: { state: "missing" } })), generation: 1, now: new Date() });
+    const manifestMeta = goJsonKeys(types, "ManifestResourceMeta");
+    expect(manifestMeta.always).toEqual(expect.arrayContaining(["ordinal", "group", "namespace"]));
+    for (const s of statuses) {
+      expect(Object.keys(s.resourceMeta).sort()).toEqual(expect.arrayContaining([...manifestMeta.always].sort()));
+      expect(Object.keys(s.resourceMeta).filter((k) => !manifestMeta.all.includes(k))).toEqual([]);
+    }
+    const appliedMeta = goJsonKeys(types, "AppliedManifestResourceMeta");
+    expect(appliedMeta.always).toEqual(expect.arrayContaining(["group", "namespace", "version"]));
+    for (const m of metas) {
+      const record = appliedRecord(m, "uid-1");
+      expect(Object.keys(record)).toEqual(expect.arrayContaining(appliedMeta.always));
+      expect(Object.keys(record).filter((k) => !appliedMeta.all.includes(k))).toEqual([]);
+    }
+    // control: a record in the old shape (group and namespace left out) misses keys OCM always writes
+    expect(appliedMeta.always.filter((k) => !["version", "resource", "name", "uid"].includes(k))).toEqual(expect.arrayContaining(["group", "namespace"]));
   });
 
   it("covers every kind this project serves, and OCM publishes each of them", () => {

@@ -117,9 +117,10 @@ describe("applying a work", () => {
     expect(conditionOf(w, "Applied")).toMatchObject({ status: "True", reason: "AppliedManifestWorkComplete", message: "Apply manifest work complete", observedGeneration: 1 });
     expect(conditionOf(w, "Available")).toMatchObject({ status: "True", reason: "ResourcesAvailable", message: "All resources are available", observedGeneration: 1 });
     expect(w.status?.resourceStatus?.manifests?.map((m) => m.resourceMeta)).toEqual([
-      { ordinal: 0, version: "v1", kind: "ConfigMap", resource: "configmaps", name: "cm", namespace: ns },
+      // OCM writes every field: "" for the core group and for a cluster-scoped object's namespace
+      { ordinal: 0, group: "", version: "v1", kind: "ConfigMap", resource: "configmaps", name: "cm", namespace: ns },
       { ordinal: 1, group: "apps", version: "v1", kind: "Deployment", resource: "deployments", name: "web", namespace: ns },
-      { ordinal: 2, version: "v1", kind: "Namespace", resource: "namespaces", name: ns },
+      { ordinal: 2, group: "", version: "v1", kind: "Namespace", resource: "namespaces", name: ns, namespace: "" },
     ]);
     for (const ordinal of [0, 1, 2]) {
       expect(manifestCondition(w, ordinal, "Applied")).toMatchObject({ status: "True", reason: "AppliedManifestComplete", message: "Apply manifest complete", observedGeneration: 1 });
@@ -136,8 +137,8 @@ describe("applying a work", () => {
     const nsObj = (await spoke.get<KubeObject>(NamespaceResource, ns))!;
     expect(applied.status?.appliedResources).toEqual([
       // sorted by group, version, resource, namespace, name, as OCM records them
-      { version: "v1", resource: "configmaps", namespace: ns, name: "cm", uid: cm.metadata.uid },
-      { version: "v1", resource: "namespaces", name: ns, uid: nsObj.metadata.uid },
+      { group: "", version: "v1", resource: "configmaps", namespace: ns, name: "cm", uid: cm.metadata.uid },
+      { group: "", version: "v1", resource: "namespaces", namespace: "", name: ns, uid: nsObj.metadata.uid },
       { group: "apps", version: "v1", resource: "deployments", namespace: ns, name: "web", uid: deploy.metadata.uid },
     ]);
     const owner = { apiVersion: "work.open-cluster-management.io/v1", kind: "AppliedManifestWork", name: applied.metadata.name, uid: applied.metadata.uid };
