@@ -246,6 +246,9 @@ describe("routing", () => {
       spokeTicks: { type: PingSourceType, cluster: "spoke" },
     } as const;
     const sinks = Object.fromEntries(await Promise.all(Object.keys(filters).map(async (name) => [name, await startSink()] as const))) as Record<keyof typeof filters, Sink>;
+    // one subscriber behind two Triggers (a function's func.yaml subscriptions): each event once
+    const anyOf: Record<string, string>[] = [{ kind: "Lease" }, { type: "dev.knative.apiserver.ref.delete" }];
+    const anyOfSink = await startSink();
     relay({
       clusters: {
         hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource, LeaseResource], ns) },
@@ -256,7 +259,10 @@ describe("routing", () => {
         { cluster: "hub", resource: LeaseResource, namespace: ns, mode: "Resource" },
         { cluster: "spoke", resource: ConfigMapResource, namespace: ns, mode: "Reference" },
       ],
-      sinks: Object.entries(filters).map(([name, filter]) => ({ name, url: sinks[name as keyof typeof filters].url, ...(filter ? { filter } : {}) })),
+      sinks: [
+        ...Object.entries(filters).map(([name, filter]) => ({ name, url: sinks[name as keyof typeof filters].url, ...(filter ? { filter } : {}) })),
+        { name: "anyOf", url: anyOfSink.url, filters: anyOf },
+      ],
       resync: { intervalMs: 200 },
     });
 
@@ -288,6 +294,7 @@ describe("routing", () => {
       const expected = objectEvents(everything).filter((e) => passes(filter, e)).map(key).sort();
       await eventually(() => expect(objectEvents(sinks[name as keyof typeof filters]).map(key).sort(), name).toEqual(expected));
     }
+    await eventually(() => expect(objectEvents(anyOfSink).map(key).sort()).toEqual(["dev.knative.apiserver.ref.delete spoke ConfigMap s1", "dev.knative.apiserver.resource.add hub Lease l1"]));
     const ticks = await eventually(() => {
       const t = sinks.spokeTicks.received.filter((r) => r.parsed.ok && r.parsed.event.type === "tick");
       expect(t.length).toBeGreaterThan(0);

@@ -81,3 +81,14 @@ export function mismatch(filter: Readonly<Record<string, string>> | undefined, e
   }
   return undefined;
 }
+
+// Several Triggers of one subscriber: undefined when any filter matches, else why none did.
+export function mismatchAll(filters: readonly Readonly<Record<string, string>>[], event: CloudEvent<unknown>): string | undefined {
+  const why: string[] = [];
+  for (const f of filters) {
+    const m = mismatch(f, event);
+    if (m === undefined) return undefined;
+    why.push(m);
+  }
+  return `no subscription matches (${why.join("; ")})`;
+}

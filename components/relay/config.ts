@@ -49,11 +49,17 @@ export const SourceSchema = z.object({
 export type SourceConfig = z.infer<typeof SourceSchema>;
 
 // Trigger's spec.filter.attributes: exact, case-sensitive, ANDed; no filter means every event.
-export const SinkSchema = z.object({
-  name,
-  url: z.url(),
-  filter: z.record(extensionName, z.string()).optional(),
-});
+// `filters` stands for several Triggers of one subscriber (a function's func.yaml subscriptions): an
+// event matching any of them is delivered, once.
+const TriggerFilterSchema = z.record(extensionName, z.string());
+export const SinkSchema = z
+  .object({
+    name,
+    url: z.url(),
+    filter: TriggerFilterSchema.optional(),
+    filters: z.array(TriggerFilterSchema).min(1).optional(),
+  })
+  .refine((s) => !(s.filter && s.filters), { error: "a sink has filter or filters, not both" });
 export type SinkConfig = z.infer<typeof SinkSchema>;
 
 export const BackoffSchema = z.object({

@@ -6,7 +6,7 @@ import type { Clock } from "../../shared/clock.ts";
 import type { Log } from "../../shared/harness.ts";
 import type { DeliveryConfig, SinkConfig } from "./config.ts";
 import { delay, exponentialBackoff } from "../../shared/backoff.ts";
-import { mismatch } from "./cloudevents.ts";
+import { mismatch, mismatchAll } from "./cloudevents.ts";
 
 // What shared/harness.ts answers when a reconcile returns { recheckInMs }.
 export const RECHECK_HEADER = "x-recheck-after-ms";
@@ -185,7 +185,7 @@ export function startSink(o: SinkOptions): Sink {
 
   return {
     name: config.name,
-    mismatch: (event) => mismatch(config.filter, event),
+    mismatch: (event) => (config.filters ? mismatchAll(config.filters, event) : mismatch(config.filter, event)),
     enqueue,
     status: () => ({ name: config.name, url: config.url, ...counts, pending: pending.size, inFlight: workers.size }),
     async stop() {

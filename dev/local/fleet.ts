@@ -25,6 +25,7 @@ import { startRelay, type Relay, type RelayOptions } from "../../components/rela
 import { hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
+import { subscriptionFilters } from "../func-yaml.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
@@ -99,14 +100,15 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       if (!o.clusters) await clusters.stop();
     })());
 
-  // Returns the relay sink for it: named "<cluster>/<function>", no filter (functions skip what is not theirs).
+  // Returns the relay sink for it: named "<cluster>/<function>", filtered by its func.yaml subscriptions
+  // as Knative's Triggers filter what a Broker delivers.
   async function serveFunction<C>(cluster: string, spec: FunctionSpec<C>, kubeconfigs: Record<string, string>, config: C) {
     const io: Io<C> = { clock, config, log: log(spec.name), cluster: clientsFromKubeconfigs(kubeconfigs) };
     const server = await startFunction(spec, io, stop);
     servers.push(server);
     const name = `${cluster}/${spec.name}`;
     functions.set(name, server.url);
-    return { name, url: server.url };
+    return { name, url: server.url, filters: subscriptionFilters(spec.name) };
   }
   const relayTiming = { resync: { intervalMs: o.resyncMs ?? 10_000 } };
 
@@ -181,7 +183,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         { cluster: plane, resource: ClusterClaimResource, mode: "Reference" },
         { cluster: plane, resource: AppliedManifestWorkResource, mode: "Resource" },
         { cluster: plane, resource: NamespaceResource, mode: "Reference" }, // an add-on's install namespace appearing
-        { cluster: plane, resource: LeaseResource, mode: "Resource" }, // add-on leases
+        // add-on leases: not the control plane's own, which renew every few seconds
+        { cluster: plane, resource: LeaseResource, fieldSelector: "metadata.namespace!=kube-system,metadata.namespace!=kube-node-lease", mode: "Resource" },
         { cluster: "hub", resource: ManagedClusterAddOnV1alpha1Resource, namespace: s.name, mode: "Resource" },
         { cluster: "hub", resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${s.name}`, mode: "Resource" },
         { cluster: "hub", resource: ManagedClusterResource, fieldSelector: `metadata.name=${s.name}`, mode: "Resource" },

@@ -85,6 +85,9 @@ export function judgeLease(lease: Lease | undefined, o: { addon: string; now: Da
   return { condition: { type, status: "False", reason: AddOnReason.ManagedClusterAddOnLeaseUpdateStopped, message: `${o.addon} add-on is not available.` } };
 }
 
+// Leader-election and node leases live here; an add-on's lease never does.
+const ControlPlaneLeaseNamespaces: ReadonlySet<string> = new Set(["kube-system", "kube-node-lease"]);
+
 async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
   const c = io.config;
   const keyOf = (addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
@@ -108,6 +111,7 @@ async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { s
   // add-on named like the lease reads its lease in its own install namespace, whichever this one was.
   if (kind === LeaseResource.kind && apiVersion.startsWith(`${LeaseResource.group}/`)) {
     if (event.cluster !== c.managementCluster) return { skip: `Lease on ${event.cluster}, not on ${c.managementCluster}` };
+    if (namespace && ControlPlaneLeaseNamespaces.has(namespace)) return { skip: `a control-plane lease in ${namespace}, not an add-on's` };
     return [keyOf(name)];
   }
   return { skip: `not a kind this function watches: ${kind}` };
