@@ -70,6 +70,18 @@ async function approve(hub: KubeClient, csr: Csr): Promise<void> {
   await hub.update(CertificateSigningRequestResource, { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), approved] } }, "approval");
 }
 
+// `ocmf accept`: each cluster in turn, a line per decision; it fails when a cluster had nothing approved.
+export async function acceptClusters(hub: KubeClient, o: { clusters: readonly string[]; requesters?: readonly string[] }, print: (line: string) => void): Promise<void> {
+  const failed: string[] = [];
+  for (const c of o.clusters) {
+    const r = await acceptCluster(hub, c, { requesters: o.requesters });
+    for (const line of describeAccept(c, r)) print(line);
+    if (r.csr === "none") failed.push(`no CSR to approve for cluster ${c}`);
+    if (r.csr === "refused") failed.push(`nothing approved for cluster ${c}: its CSRs were refused`);
+  }
+  if (failed.length) throw new Error(failed.join("; "));
+}
+
 // One line per CSR and one for hubAcceptsClient, for the terminal.
 export function describeAccept(cluster: string, r: AcceptResult): string[] {
   const lines = r.csrs.map((c) => {

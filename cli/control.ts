@@ -24,7 +24,13 @@ export async function serveControl(fleet: Fleet): Promise<{ url: string; server:
 }
 
 export async function callControl(controlFile: string, path: string): Promise<string> {
-  const { url } = JSON.parse(readFileSync(controlFile, "utf8")) as { url: string };
+  let control: string;
+  try {
+    control = readFileSync(controlFile, "utf8");
+  } catch {
+    throw new Error(`no local fleet: ${controlFile} is missing (npm start writes it)`);
+  }
+  const { url } = JSON.parse(control) as { url: string };
   const res = await fetch(`${url}${path}`, { method: "POST" });
   const text = await res.text();
   if (!res.ok) throw new Error(text.trim());

@@ -1,8 +1,9 @@
 // The addon-cluster-label Knative function: faas-js-runtime loads this file and calls `handle`.
+// Its settings are read and checked as the module loads: a bad one throws here, naming the variable.
 import type { CloudEventFunction } from "faas-js-runtime";
-import { jsonLog, serve } from "../../shared/harness.ts";
-import { systemClock } from "../../shared/clock.ts";
-import { clientsFromEnv } from "../../shared/kube/clients.ts";
+import { serve } from "../../shared/harness.ts";
+import { ioFromEnv } from "../../shared/function-env.ts";
 import { configFromEnv, spec } from "./reconcile.ts";
 
-export const handle = serve(spec, () => ({ clock: systemClock, log: jsonLog(spec.name), cluster: clientsFromEnv(), config: configFromEnv(process.env) })) satisfies CloudEventFunction;
+const io = ioFromEnv(spec.name, configFromEnv);
+export const handle = serve(spec, () => io) satisfies CloudEventFunction;

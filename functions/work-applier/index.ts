@@ -1,8 +1,9 @@
 // Knative entry point: the spoke's work agent (ManifestWork → spoke resources) as a function.
+// Its settings are read and checked as the module loads: a bad one throws here, naming the variable.
 import type { CloudEventFunction } from "faas-js-runtime";
-import { serve, jsonLog } from "../../shared/harness.ts";
-import { systemClock } from "../../shared/clock.ts";
-import { clientsFromEnv } from "../../shared/kube/clients.ts";
-import { spec, configFromEnv } from "./reconcile.ts";
+import { serve } from "../../shared/harness.ts";
+import { ioFromEnv } from "../../shared/function-env.ts";
+import { configFromEnv, spec } from "./reconcile.ts";
 
-export const handle = serve(spec, () => ({ clock: systemClock, log: jsonLog(spec.name), cluster: clientsFromEnv(), config: configFromEnv(process.env) })) satisfies CloudEventFunction;
+const io = ioFromEnv(spec.name, configFromEnv);
+export const handle = serve(spec, () => io) satisfies CloudEventFunction;

@@ -1,0 +1,145 @@
+// `npm run build`: one self-contained JavaScript bundle per function, per component and for the CLI,
+// each holding only what its entry imports, so production runs plain JavaScript with no node_modules:
+//   dist/functions/<name>/index.js   `node index.js` serves the function (shared/serve-main.ts)
+//   dist/components/relay.js, dist/components/heartbeat.js
+//   dist/cli/ocmf.js
+//
+//   npm run build [-- --outdir DIR]
+//
+// ES modules, because our entries use top-level await (the generated function entry, the heartbeat,
+// the CLI) and import.meta (the CLI finds its checkout with it), which esbuild cannot carry into
+// CommonJS. The CommonJS packages inside (faas-js-runtime, fastify, commander) call `require` for
+// Node's built-ins, so the banner makes one with createRequire. External are only the
+// optional packages that ws and debug try to load inside try/catch and do without when missing.
+import { mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
+import { parseArgs } from "node:util";
+import { build, type Metafile, type Plugin } from "esbuild";
+
+const repoRoot = join(import.meta.dirname, "..", "..");
+
+const banner = [
+  'import { createRequire as __bundleCreateRequire } from "node:module";',
+  "const require = __bundleCreateRequire(import.meta.url);",
+  // faas-js-runtime's lib/metrics.js assigns the undeclared `osu`, which only sloppy scripts may do;
+  // an ES module is strict, so the bundle declares it.
+  "var osu;",
+].join("\n");
+
+// ws' native helpers (bufferutil, utf-8-validate) and debug's supports-color: never bundled, so an
+// install that happens to have them cannot put a native module into a bundle.
+export const OPTIONAL_EXTERNALS = ["bufferutil", "utf-8-validate", "supports-color"];
+
+export type BundleResult = {
+  name: string;
+  file: string;
+  files: number; // the entry and the chunks it loads (the CLI's)
+  bytes: number; // all of them
+  // Every file of the repository and of node_modules that went in, relative to the repository.
+  inputs: string[];
+  // What the bundle still imports at run time: Node's built-ins and OPTIONAL_EXTERNALS.
+  imports: string[];
+};
+
+export function functionNames(root = repoRoot): string[] {
+  const dir = join(root, "functions");
+  return readdirSync(dir)
+    .filter((name) => statSync(join(dir, name, "index.ts"), { throwIfNoEntry: false })?.isFile())
+    .sort();
+}
+
+// A function's entry exists only at build time: the runtime around its index.ts.
+const FUNCTION_ENTRY = "ocm-function:";
+function functionEntries(root: string): Plugin {
+  return {
+    name: "function-entries",
+    setup(b) {
+      b.onResolve({ filter: new RegExp(`^${FUNCTION_ENTRY}`) }, (args) => ({ path: args.path.slice(FUNCTION_ENTRY.length), namespace: "function-entry" }));
+      b.onLoad({ filter: /.*/, namespace: "function-entry" }, (args) => ({
+        resolveDir: root,
+        loader: "ts",
+        contents: [
+          'import { serveFunction } from "./shared/serve-main.ts";',
+          `await serveFunction(${JSON.stringify(args.path)}, () => import(${JSON.stringify(`./functions/${args.path}/index.ts`)}));`,
+        ].join("\n"),
+      }));
+    },
+  };
+}
+
+type Entry = { in: string; out: string };
+
+export async function bundle(o: { outdir: string }): Promise<{ bundles: BundleResult[]; ms: number }> {
+  const root = repoRoot;
+  const programs: Entry[] = [
+    ...functionNames(root).map((name) => ({ in: `${FUNCTION_ENTRY}${name}`, out: `functions/${name}/index` })),
+    { in: join(root, "components/relay/main.ts"), out: "components/relay" },
+    { in: join(root, "components/heartbeat/main.ts"), out: "components/heartbeat" },
+  ];
+  const cli: Entry = { in: join(root, "cli/ocmf.ts"), out: "cli/ocmf" };
+  const started = performance.now();
+  // Only what this build writes: dist/images belongs to `npm run images`.
+  for (const dir of ["functions", "components", "cli"]) rmSync(join(o.outdir, dir), { recursive: true, force: true });
+  mkdirSync(o.outdir, { recursive: true });
+  const common = {
+    absWorkingDir: root,
+    outdir: o.outdir,
+    bundle: true,
+    platform: "node",
+    target: "node24",
+    format: "esm",
+    // No identifier renaming: stack traces keep their function names, and whitespace and syntax
+    // minification already take a third off the size.
+    minifyWhitespace: true,
+    minifySyntax: true,
+    banner: { js: banner },
+    external: OPTIONAL_EXTERNALS,
+    metafile: true,
+    logLevel: "warning",
+  } as const;
+  const [single, split] = await Promise.all([
+    // A function or component is one file, so an image holds exactly one.
+    build({ ...common, entryPoints: programs, plugins: [functionEntries(root)] }),
+    // The CLI imports each command's module when it runs: split into chunks, `ocmf --help` reads only
+    // the parser, not the Kubernetes client.
+    build({ ...common, entryPoints: [cli], splitting: true, chunkNames: "cli/chunks/[name]-[hash]" }),
+  ]);
+  const ms = performance.now() - started;
+  return { bundles: [...programs.map((e) => describe(single.metafile, root, e)), describe(split.metafile, root, cli)], ms };
+}
+
+// An entry's output file and every chunk it loads, as one bundle.
+function describe(meta: Metafile, root: string, entry: Entry): BundleResult {
+  const file = Object.keys(meta.outputs).find((f) => f.endsWith(`/${entry.out}.js`))!;
+  const files = [file];
+  for (const f of files) for (const i of meta.outputs[f]!.imports) if (!i.external && !files.includes(i.path)) files.push(i.path);
+  const outputs = files.map((f) => meta.outputs[f]!);
+  return {
+    name: entry.out.replace(/\/index$/, "").replace(/^[a-z]+\//, ""),
+    file: join(root, file),
+    files: files.length,
+    bytes: outputs.reduce((n, out) => n + out.bytes, 0),
+    inputs: [...new Set(outputs.flatMap((out) => Object.keys(out.inputs)))].filter((i) => !i.startsWith("function-entry:")),
+    imports: [...new Set(outputs.flatMap((out) => out.imports.filter((i) => i.external).map((i) => i.path)))],
+  };
+}
+
+export function sizeTable(bundles: BundleResult[]): string {
+  const rows = bundles.map((b) => [`${relative(process.cwd(), b.file)}${b.files > 1 ? ` (+${b.files - 1} chunks)` : ""}`, b.bytes.toLocaleString("en-US")]);
+  const width = Math.max(...rows.map((r) => r[0]!.length), "bundle".length);
+  return [["bundle", "bytes"], ...rows].map(([f, n]) => `${f!.padEnd(width)}  ${n!.padStart(10)}`).join("\n");
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { outdir: { type: "string", default: join(repoRoot, "dist") } } });
+  const { bundles, ms } = await bundle({ outdir: values.outdir });
+  console.log(sizeTable(bundles));
+  console.log(`built ${bundles.length} bundles in ${(ms / 1000).toFixed(1)} s`);
+}
+
+if (import.meta.main) {
+  main().catch((err: unknown) => {
+    console.error(err instanceof Error ? err.message : err);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,191 @@
+// `npm run build`: every bundle is a whole program. Built into a temporary folder outside the
+// repository (so nothing can resolve from node_modules or load a .ts file) and run there as processes:
+// a function bundle serves the runtime's HTTP endpoints and accepts a ManagedCluster on a real hub under
+// its own identity, fed by hand and by the relay bundle; a bad setting stops it at start with one line;
+// the heartbeat and CLI bundles run too.
+import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { isBuiltin } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { bundle, functionNames, OPTIONAL_EXTERNALS, type BundleResult } from "../dev/build/bundle.ts";
+import { freePort, startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { KubeClient } from "../shared/kube/client.ts";
+import { ClusterFinalizer, ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { findCondition } from "../shared/conditions.ts";
+import { identityFor, objectEvent, postEvent } from "./support/functions.ts";
+import { eventually } from "./support/eventually.ts";
+
+const root = join(import.meta.dirname, "..");
+const HUB = "hub";
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+let work: string;
+let bundles: BundleResult[];
+let local: LocalClusters;
+let hub: LocalCluster;
+let admin: KubeClient;
+let acceptor: Program;
+let acceptorUrl: string;
+const started: Program[] = [];
+
+type Program = { child: ChildProcess; output(): string; exit: Promise<number | null> };
+
+// A program as a container runs it: its own folder as the working directory, only the variables given.
+function run(args: string[], env: Record<string, string>, cwd = work): Program {
+  const child = spawn(process.execPath, args, { cwd, env: { PATH: process.env.PATH ?? "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
+  child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
+  const exit = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const program = { child, output: () => output, exit };
+  started.push(program);
+  return program;
+}
+
+const file = (name: string) => bundles.find((b) => b.name === name)!.file;
+
+async function get(url: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(url);
+  return { status: res.status, body: await res.text() };
+}
+
+function writeKubeconfig(dir: string, cluster: string, text: string): string {
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${cluster}.kubeconfig`);
+  writeFileSync(path, text, { mode: 0o600 });
+  return path;
+}
+
+async function acceptedState(name: string) {
+  const mc = await admin.get<ManagedCluster>(ManagedClusterResource, name);
+  const accepted = findCondition(mc?.status?.conditions, ManagedClusterConditionType.HubAccepted);
+  return { finalizers: mc?.metadata.finalizers, accepted: accepted && `${accepted.status}/${accepted.reason}` };
+}
+const accepted = { finalizers: [ClusterFinalizer.ApiResourceCleanup], accepted: "True/HubClusterAdminAccepted" };
+
+beforeAll(async () => {
+  work = mkdtempSync(join(tmpdir(), "bundles-"));
+  const [built, clusters] = await Promise.all([bundle({ outdir: join(work, "dist") }), startClusters({ names: [HUB] })]);
+  bundles = built.bundles;
+  local = clusters;
+  hub = local.get(HUB);
+  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  const kubeconfigs = join(work, "acceptor");
+  writeKubeconfig(kubeconfigs, HUB, await identityFor(hub, "cluster-acceptor"));
+  const port = await freePort();
+  acceptorUrl = `http://127.0.0.1:${port}`;
+  acceptor = run([file("cluster-acceptor")], { PORT: String(port), OCM_CLUSTER_NAME: HUB, OCM_KUBECONFIG_DIR: kubeconfigs, OCM_CLUSTER_AUTO_APPROVAL_USERS: "" });
+  await eventually(async () => expect((await get(`${acceptorUrl}/health/readiness`)).status).toBe(200));
+});
+
+afterAll(async () => {
+  for (const p of started) if (p.child.exitCode === null) p.child.kill("SIGKILL");
+  admin?.close();
+  await local?.stop();
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+describe("a function bundle", () => {
+  it("accepts a ManagedCluster that an event names, on a real hub under the function's own identity", async () => {
+    const name = `c${suffix()}`;
+    const mc = await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true } });
+    // The identity's RBAC and the CRD's storage take a moment to be in force: 503 until then.
+    await eventually(async () => expect((await postEvent(`${acceptorUrl}/`, objectEvent({ cluster: HUB, object: mc, verb: "add" }))).status).toBe(204));
+    expect(await acceptedState(name)).toEqual(accepted);
+  });
+
+  it("answers a malformed event with 400 and the reason", async () => {
+    const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", metadata: { name: "x" } } });
+    const reply = await postEvent(`${acceptorUrl}/`, noCluster);
+    expect(reply.status).toBe(400);
+    expect(reply.body).toContain("cluster");
+  });
+
+  it("answers readiness and liveness on the runtime's health paths", async () => {
+    for (const path of ["/health/readiness", "/health/liveness"]) expect(await get(`${acceptorUrl}${path}`)).toEqual({ status: 200, body: "OK" });
+  });
+
+  it("accepts a cluster fed by the relay bundle, which stops cleanly on SIGTERM", async () => {
+    const relay = run([file("relay")], {
+      OCM_RELAY_CONFIG: JSON.stringify({
+        clusters: { [HUB]: { kubeconfig: await identityFor(hub, "relay-hub") } },
+        sources: [{ cluster: HUB, resource: ManagedClusterResource, mode: "Resource" }],
+        sinks: [{ name: "cluster-acceptor", url: `${acceptorUrl}/` }],
+        resync: { intervalMs: 0 },
+      }),
+    });
+    const name = `c${suffix()}`;
+    await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true } });
+    await eventually(async () => expect(await acceptedState(name)).toEqual(accepted));
+    relay.child.kill("SIGTERM");
+    expect(await relay.exit).toBe(0);
+  });
+
+  it("exits 0 on SIGTERM", async () => {
+    acceptor.child.kill("SIGTERM");
+    expect(await acceptor.exit).toBe(0);
+  });
+});
+
+describe("a bad setting stops a function bundle at start with one line naming the variable", () => {
+  const rows: { name: string; fn: string; env: Record<string, string>; variable: string }[] = [
+    { name: "an auto-approval entry without a user", fn: "cluster-acceptor", env: { OCM_CLUSTER_AUTO_APPROVAL_USERS: "=x" }, variable: "OCM_CLUSTER_AUTO_APPROVAL_USERS" },
+    { name: "an empty spoke cluster name", fn: "spoke-cluster-status", env: { SPOKE_CLUSTER_NAME: "" }, variable: "SPOKE_CLUSTER_NAME" },
+    { name: "a lease grace the hub would flap with", fn: "cluster-lease-monitor", env: { OCM_LEASE_GRACE_MULTIPLIER: "1" }, variable: "OCM_LEASE_GRACE_MULTIPLIER" },
+    { name: "a kubeconfig folder that is not there", fn: "cluster-taints", env: { OCM_KUBECONFIG_DIR: "/nonexistent" }, variable: "OCM_KUBECONFIG_DIR" },
+    { name: "port 0, which the runtime would take for 8080", fn: "cluster-taints", env: { PORT: "0" }, variable: "PORT" },
+  ];
+  it.each(rows)("$name ($variable)", async ({ fn, env, variable }) => {
+    const p = run([file(fn)], { PORT: String(await freePort()), ...env });
+    expect(await p.exit).toBe(1);
+    const lines = p.output().trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(new RegExp(`^${fn}: invalid configuration: ${variable}\\b`));
+  });
+
+  it("the function module throws as it loads when faas-js-runtime's CLI loads it from source", async () => {
+    const p = run([join(root, "node_modules/faas-js-runtime/bin/cli.js"), "functions/cluster-acceptor/index.ts"], { FUNC_PORT: String(await freePort()), OCM_CLUSTER_AUTO_APPROVAL_USERS: "=x" }, root);
+    // The runtime logs what the import threw and ends without a server (its exit code is 0).
+    await p.exit;
+    expect(p.output()).toContain("ConfigError: cluster-acceptor: invalid configuration: OCM_CLUSTER_AUTO_APPROVAL_USERS");
+  });
+});
+
+describe("the other bundles", () => {
+  it("the heartbeat bundle serves its health endpoint and stops cleanly on SIGTERM", async () => {
+    const kubeconfig = writeKubeconfig(join(work, "heartbeat"), HUB, await identityFor(hub, "heartbeat"));
+    const port = await freePort();
+    const heartbeat = run([file("heartbeat")], { KUBECONFIG: kubeconfig, SPOKE_CLUSTER_NAME: "cluster1", HEALTH_PORT: String(port) });
+    await eventually(async () => expect(await get(`http://127.0.0.1:${port}/healthz`)).toEqual({ status: 200, body: "ok" }));
+    heartbeat.child.kill("SIGTERM");
+    expect(await heartbeat.exit).toBe(0);
+  });
+
+  it("the CLI bundle answers --help and lists the hub's clusters from KUBECONFIG", async () => {
+    const help = run([file("ocmf"), "--help"], {});
+    expect(await help.exit).toBe(0);
+    expect(help.output()).toContain("accept");
+    const name = `c${suffix()}`;
+    await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: false } });
+    const kubeconfig = writeKubeconfig(join(work, "admin"), HUB, hub.adminKubeconfig);
+    const clusters = run([file("ocmf"), "get", "clusters"], { KUBECONFIG: kubeconfig });
+    expect(await clusters.exit).toBe(0);
+    expect(clusters.output()).toMatch(new RegExp(`^${name}\\s+false`, "m"));
+  });
+});
+
+describe("what the bundles hold", () => {
+  it("imports nothing at run time but Node's built-ins and the optional packages ws and debug do without", () => {
+    const foreign = bundles.flatMap((b) => b.imports.filter((i) => !isBuiltin(i) && !OPTIONAL_EXTERNALS.includes(i)).map((i) => `${b.name} → ${i}`));
+    expect(foreign).toEqual([]);
+  });
+
+  it("holds only what its entry imports: no other function's or component's code", () => {
+    const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : b.name === "relay" || b.name === "heartbeat" ? `components/${b.name}/` : `functions/${b.name}/`);
+    const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b))).map((i) => `${b.name} ← ${i}`));
+    expect(strays).toEqual([]);
+    expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "heartbeat", "ocmf", "relay"].sort());
+  });
+});

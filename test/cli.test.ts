@@ -1,0 +1,97 @@
+// `ocmf` as a user runs it, a process from source: help for every command, failures as one line with
+// exit code 1, and the hub chosen as kubectl chooses it (--kubeconfig, else KUBECONFIG) on a real hub.
+import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { freePort, startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { KubeClient } from "../shared/kube/client.ts";
+import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
+import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+
+const ocmf = join(import.meta.dirname, "..", "cli", "ocmf.ts");
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+let dir: string;
+let local: LocalClusters;
+let admin: KubeClient;
+let hubKubeconfig: string;
+let deadKubeconfig: string; // a hub that answers nothing: a loopback port nobody listens on
+
+type Result = { code: number; stdout: string; stderr: string };
+
+function run(args: string[], env: Record<string, string> = {}): Promise<Result> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [ocmf, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", ...env } }, (err, stdout, stderr) => {
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "cli-"));
+  local = await startClusters({ names: ["hub"], controllers: false });
+  const hub = local.get("hub");
+  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  hubKubeconfig = join(dir, "hub.kubeconfig");
+  writeFileSync(hubKubeconfig, hub.adminKubeconfig);
+  deadKubeconfig = join(dir, "dead.kubeconfig");
+  writeFileSync(deadKubeconfig, buildKubeconfig({ server: `https://127.0.0.1:${await freePort()}`, caPem: hub.caPem, credentials: { kind: "token", token: "nobody" } }));
+});
+
+afterAll(async () => {
+  admin?.close();
+  await local?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("help", () => {
+  const commands = [
+    { command: [], flags: ["--kubeconfig", "accept", "get", "addon", "sidecar"] },
+    { command: ["accept"], flags: ["--clusters", "--requesters", "--kubeconfig"] },
+    { command: ["get"], flags: ["clusters", "addons"] },
+    { command: ["get", "clusters"], flags: ["--kubeconfig"] },
+    { command: ["get", "addons"], flags: ["--kubeconfig"] },
+    { command: ["addon", "enable"], flags: ["--names", "--clusters", "--namespace", "--kubeconfig"] },
+    { command: ["sidecar", "stop"], flags: ["--cluster"] },
+    { command: ["sidecar", "start"], flags: ["--cluster"] },
+  ];
+  it.each(commands)("ocmf $command --help exits 0 and names $flags", async ({ command, flags }) => {
+    const r = await run([...command, "--help"]);
+    expect(r.code).toBe(0);
+    for (const flag of flags) expect(r.stdout).toContain(flag);
+  });
+});
+
+describe("failures are one line on stderr with exit code 1", () => {
+  const failures = [
+    { name: "a hub that does not answer", args: () => ["get", "clusters", "--kubeconfig", deadKubeconfig], says: "error: cannot reach the hub at https://127.0.0.1:" },
+    { name: "a kubeconfig that is not there", args: () => ["get", "addons", "--kubeconfig", join(dir, "missing")], says: "error: cannot read the hub kubeconfig" },
+    { name: "KUBECONFIG naming no file that exists", args: () => ["get", "clusters"], env: () => ({ KUBECONFIG: join(dir, "missing") }), says: "error: KUBECONFIG names no file that exists" },
+    { name: "a required flag left out", args: () => ["accept", "--kubeconfig", hubKubeconfig], says: "error: required option '--clusters <names>' not specified" },
+    { name: "an empty list", args: () => ["addon", "enable", "--names", ",", "--clusters", "c1"], says: "error: option '--names <addons>' argument ',' is invalid" },
+    { name: "an unknown command", args: () => ["bogus"], says: "error: unknown command 'bogus'" },
+  ];
+  it.each(failures)("$name", async ({ args, env, says }) => {
+    const r = await run(args(), env?.());
+    expect(r.code).toBe(1);
+    expect(r.stderr.trimEnd().split("\n")).toEqual([expect.stringContaining(says)]);
+    expect(r.stdout).toBe("");
+  });
+});
+
+describe("the hub's kubeconfig", () => {
+  it("is KUBECONFIG's first file that exists, as kubectl reads it", async () => {
+    const name = `c${suffix()}`;
+    await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: false } });
+    const r = await run(["get", "clusters"], { KUBECONFIG: [join(dir, "missing"), hubKubeconfig].join(delimiter) });
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    expect(r.stdout).toMatch(new RegExp(`^${name}\\s+false`, "m"));
+  });
+
+  it("is --kubeconfig over KUBECONFIG", async () => {
+    const r = await run(["get", "addons", "--kubeconfig", hubKubeconfig], { KUBECONFIG: deadKubeconfig });
+    expect(r).toEqual({ code: 0, stdout: "No add-ons enabled.\n", stderr: "" });
+  });
+});
