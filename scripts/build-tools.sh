@@ -5,6 +5,8 @@
 #
 #   scripts/build-tools.sh            # control plane: etcd, kube-apiserver, kube-controller-manager
 #   scripts/build-tools.sh knative    # also the ApiServerSource receive adapter; prints its path last
+#   scripts/build-tools.sh registry   # also distribution's OCI registry (npm run images -- --push); prints its path last
+#   scripts/build-tools.sh knative-webhooks  # also Knative Serving's and Eventing's webhooks; prints their paths last
 #   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,7 @@ version_of() { # module path, tools dir → version required in that go.mod
 kube_version=$(version_of k8s.io/kubernetes "$here/tools/kube")
 etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$here/tools/etcd")
 knative_version=$(version_of knative.dev/eventing "$here/tools/knative" 2>/dev/null || true)
+registry_version=$(version_of github.com/distribution/distribution/v3 "$here/tools/registry" 2>/dev/null || true)
 bin="$cache/bin/kube-$kube_version-etcd-$etcd_version"
 
 if [ "${1:-}" = "--print-dir" ]; then echo "$bin"; exit 0; fi
@@ -52,4 +55,20 @@ if [ "${1:-}" = "knative" ]; then
   # Versioned by name, so a bump in tools/knative/go.mod builds anew.
   build knative "apiserver_receive_adapter-$knative_version" knative.dev/eventing/cmd/apiserver_receive_adapter "-s -w"
   echo "$bin/apiserver_receive_adapter-$knative_version"
+fi
+if [ "${1:-}" = "registry" ]; then
+  # Stamped as distribution's Makefile does, so `registry --version` names the module version.
+  build registry "registry-$registry_version" github.com/distribution/distribution/v3/cmd/registry \
+    "-s -w -X github.com/distribution/distribution/v3/version.version=$registry_version"
+  echo "$bin/registry-$registry_version"
+fi
+if [ "${1:-}" = "knative-webhooks" ]; then
+  # Two binaries from one wrapper module (neither Knative module builds the other's webhook), each
+  # versioned by name; printed serving first, eventing last.
+  serving_version=$(version_of knative.dev/serving "$here/tools/knative-webhooks")
+  eventing_version=$(version_of knative.dev/eventing "$here/tools/knative-webhooks")
+  build knative-webhooks "knative-serving-webhook-$serving_version" knative.dev/serving/cmd/webhook "-s -w"
+  build knative-webhooks "knative-eventing-webhook-$eventing_version" knative.dev/eventing/cmd/webhook "-s -w"
+  echo "$bin/knative-serving-webhook-$serving_version"
+  echo "$bin/knative-eventing-webhook-$eventing_version"
 fi
