@@ -39,6 +39,11 @@ fi
 if [ "${1:-}" = test ]; then
   OCM_FUNCTIONS_APISERVERSOURCE=$("$root/scripts/build-tools.sh" knative | tail -n 1)
   export OCM_FUNCTIONS_APISERVERSOURCE
+  # Knative Serving's and Eventing's webhooks judge the rendered manifests (test/knative-webhooks.test.ts).
+  webhooks=$("$root/scripts/build-tools.sh" knative-webhooks | tail -n 2)
+  OCM_FUNCTIONS_KNATIVE_SERVING_WEBHOOK=$(head -n 1 <<<"$webhooks")
+  OCM_FUNCTIONS_KNATIVE_EVENTING_WEBHOOK=$(tail -n 1 <<<"$webhooks")
+  export OCM_FUNCTIONS_KNATIVE_SERVING_WEBHOOK OCM_FUNCTIONS_KNATIVE_EVENTING_WEBHOOK
 fi
 
 cd "$root"

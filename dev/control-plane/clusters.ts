@@ -34,6 +34,7 @@ export type StartOptions = {
   // OCM's admission rules (manifests/hub/admission-policies.yaml), enforced before start returns.
   // Default: on whenever the OCM CRDs are installed; false opts out.
   admission?: boolean;
+  apiserverFlags?: readonly string[]; // extra kube-apiserver flags, after ours (e.g. --enable-aggregator-routing=true)
   log?: (line: string) => void;
 };
 
@@ -305,6 +306,7 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
     "--enable-priority-and-fairness=false",
     "--endpoint-reconciler-type=none",
     "--profiling=false",
+    ...(o.apiserverFlags ?? []),
   ]);
   run.started.push(cluster.apiserver);
   await poll(`kube-apiserver ${name}`, () => httpOk(`${cluster.url}/readyz`, cluster.caPem), 60_000, exitedEarly(cluster.apiserver));

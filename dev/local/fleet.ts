@@ -25,7 +25,7 @@ import { startRelay, type Relay, type RelayOptions } from "../../components/rela
 import { hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
-import { subscriptionFilters } from "../func-yaml.ts";
+import { subscriptionFilters } from "../../cli/render/func-yaml.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";

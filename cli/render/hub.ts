@@ -1,0 +1,193 @@
+// The hub on Knative: OCM's CRDs and admission policies, the bootstrap RBAC, and per hub function its
+// identity, Knative Service and Triggers, fed by one Broker from an ApiServerSource and a PingSource.
+import type { ApiResource } from "../../shared/api/meta.ts";
+import {
+  CertificateSigningRequestResource,
+  ClusterRoleBindingResource,
+  ClusterRoleResource,
+  LeaseResource,
+  NamespaceResource,
+  RoleBindingResource,
+  RoleResource,
+} from "../../shared/api/kube.ts";
+import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource } from "../../shared/api/cluster.ts";
+import {
+  AddOnDeploymentConfigV1alpha1Resource,
+  AddOnTemplateResource,
+  ClusterManagementAddOnV1alpha1Resource,
+  ManagedClusterAddOnV1alpha1Resource,
+} from "../../shared/api/addon.ts";
+import { ManifestWorkResource } from "../../shared/api/work.ts";
+import { AddonNameLabel } from "../../shared/api/registration.ts";
+import { PingSourceType } from "../../shared/events.ts";
+import { readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import {
+  broker,
+  brokerNames,
+  brokerRef,
+  envValue,
+  functionEnv,
+  identity,
+  isSpokeCrd,
+  knativeService,
+  ocmCrds,
+  namespace,
+  readManifests,
+  triggers,
+  withPartOf,
+  type CommonOptions,
+  type Manifest,
+} from "./objects.ts";
+
+export const HubNamespaceDefault = "open-cluster-management-hub";
+
+export type HubOptions = CommonOptions & {
+  namespace?: string; // default open-cluster-management-hub
+  resyncSchedule?: string; // the PingSource's cron; default every minute (it bounds how late a silent lease is noticed)
+};
+
+// The hub's kinds the functions subscribe to, where they are served.
+const hubKinds: readonly ApiResource[] = [
+  ManagedClusterResource,
+  CertificateSigningRequestResource,
+  LeaseResource,
+  ClusterRoleResource,
+  ClusterRoleBindingResource,
+  RoleResource,
+  RoleBindingResource,
+  NamespaceResource,
+  ManifestWorkResource,
+  ClusterManagementAddOnV1alpha1Resource,
+  ManagedClusterAddOnV1alpha1Resource,
+  AddOnTemplateResource,
+  AddOnDeploymentConfigV1alpha1Resource,
+  PlacementResource,
+  PlacementDecisionResource,
+];
+
+// The label selectors a function's func.yaml comments ask for; a kind not listed here is watched whole.
+// They keep busy objects (node and leader-election leases, unrelated RBAC) off the Broker.
+const watchSelectors: Readonly<Record<string, Readonly<Record<string, string>>>> = {
+  "cluster-acceptor": Object.fromEntries(
+    [ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource, CertificateSigningRequestResource].map((r) => [r.kind, ClusterLabel.ClusterName]),
+  ),
+  "cluster-lease-monitor": { [LeaseResource.kind]: ClusterLabel.ClusterName },
+  "addon-manager": { [ManifestWorkResource.kind]: AddonNameLabel, [RoleBindingResource.kind]: AddonNameLabel },
+  "addon-csr-approver": { [CertificateSigningRequestResource.kind]: AddonNameLabel },
+};
+
+const apiVersionOf = (r: ApiResource) => (r.group ? `${r.group}/${r.version}` : r.version);
+
+type Watch = { resource: ApiResource; selector?: string };
+
+// One watch per kind, unless every function subscribing to it wants only labelled objects: then one per
+// label. A kind some function wants whole is watched whole (a second, labelled watch would only send
+// the same events twice).
+export function hubWatches(fns: readonly FunctionDeployment[]): Watch[] {
+  const wanted = new Map<string, Set<string | undefined>>();
+  for (const f of fns)
+    for (const { filters } of f.deploy.subscriptions) {
+      if (!filters.kind) continue;
+      const set = wanted.get(filters.kind) ?? new Set();
+      set.add(watchSelectors[f.name]?.[filters.kind]);
+      wanted.set(filters.kind, set);
+    }
+  return [...wanted.entries()].flatMap(([kind, selectors]) => {
+    const resource = hubKinds.find((r) => r.kind === kind);
+    if (!resource) throw new Error(`a hub function subscribes to kind ${kind}, which no hub source serves`);
+    if (selectors.has(undefined)) return [{ resource }];
+    return [...selectors].sort().map((selector) => ({ resource, selector }));
+  });
+}
+
+// Resource mode (the payload carries the labels some functions key on) unless the functions subscribe
+// only to Reference-mode (ref.*) events.
+function modeOf(fns: readonly FunctionDeployment[]): "Resource" | "Reference" {
+  const types = fns.flatMap((f) => f.deploy.subscriptions.map((s) => s.filters.type ?? ""));
+  const wantsResource = types.some((t) => t.startsWith("dev.knative.apiserver.resource."));
+  const wantsReference = types.some((t) => t.startsWith("dev.knative.apiserver.ref."));
+  return wantsReference && !wantsResource ? "Reference" : "Resource";
+}
+
+export const ApiServerSourceName = "ocm-hub";
+export const ApiServerSourceAccount = "ocm-hub-apiserversource";
+export const PingSourceName = "ocm-hub-resync";
+
+// The ApiServerSource's identity: get, list and watch on exactly the watched resources (Knative's
+// controller checks these three with SubjectAccessReviews before it runs the adapter).
+function sourceIdentity(ns: string, watches: readonly Watch[]): Manifest[] {
+  const role = `open-cluster-management:functions:${ApiServerSourceAccount}`;
+  const byGroup = new Map<string, Set<string>>();
+  for (const { resource } of watches) byGroup.set(resource.group, (byGroup.get(resource.group) ?? new Set()).add(resource.plural));
+  const rules = [...byGroup.entries()]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ["get", "list", "watch"] }));
+  return [
+    { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: ApiServerSourceAccount, namespace: ns } },
+    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: role }, rules },
+    {
+      apiVersion: "rbac.authorization.k8s.io/v1",
+      kind: "ClusterRoleBinding",
+      metadata: { name: role },
+      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role },
+      subjects: [{ kind: "ServiceAccount", name: ApiServerSourceAccount, namespace: ns }],
+    },
+  ];
+}
+
+export function renderHub(o: HubOptions = {}): Manifest[] {
+  const ns = o.namespace ?? HubNamespaceDefault;
+  const fns = readFunctions().filter((f) => f.side === "hub");
+  const envs = new Map(fns.map((f) => [f.name, functionEnv(f, o.env ?? {})]));
+  // The `cluster` extension every event needs (shared/events.ts): the hub's name as its functions know it.
+  const names = new Set(fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME") ?? "hub"));
+  if (names.size !== 1) throw new Error(`the hub functions disagree on OCM_CLUSTER_NAME: ${[...names].join(", ")}`);
+  const [cluster] = names;
+  const brokers = brokerNames(fns);
+  if (brokers.length !== 1) throw new Error(`the hub's sources feed one Broker; the functions subscribe to ${brokers.join(", ")}`);
+  const [brokerName] = brokers as [string];
+  const watches = hubWatches(fns);
+  const subscribesToTicks = fns.some((f) => f.deploy.subscriptions.some((s) => s.filters.type === PingSourceType));
+
+  const objects: Manifest[] = [
+    namespace(ns),
+    ...ocmCrds().filter((c) => !isSpokeCrd(c)),
+    ...readManifests("hub", "admission-policies.yaml"),
+    ...readManifests("hub", "bootstrap-rbac.yaml"),
+    broker(brokerName, ns, o),
+  ];
+  for (const f of fns) {
+    objects.push(
+      ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name, relocate: { [HubNamespaceDefault]: ns } }),
+      knativeService(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
+      ...triggers(f, ns),
+    );
+  }
+  objects.push(...sourceIdentity(ns, watches), {
+    apiVersion: "sources.knative.dev/v1",
+    kind: "ApiServerSource",
+    metadata: { name: ApiServerSourceName, namespace: ns },
+    spec: {
+      mode: modeOf(fns),
+      serviceAccountName: ApiServerSourceAccount,
+      namespaceSelector: {}, // empty: every namespace (cluster namespaces come and go)
+      resources: watches.map(({ resource, selector }) => ({
+        apiVersion: apiVersionOf(resource),
+        kind: resource.kind,
+        ...(selector ? { selector: { matchExpressions: [{ key: selector, operator: "Exists" }] } } : {}),
+      })),
+      ceOverrides: { extensions: { cluster } },
+      sink: brokerRef(brokerName),
+    },
+  });
+  // ApiServerSource sends nothing for changes made while its watch was down, nor when a lease merely
+  // gets old: the tick makes every function look again.
+  if (subscribesToTicks)
+    objects.push({
+      apiVersion: "sources.knative.dev/v1beta2",
+      kind: "PingSource",
+      metadata: { name: PingSourceName, namespace: ns },
+      spec: { schedule: o.resyncSchedule ?? "* * * * *", ceOverrides: { extensions: { cluster } }, sink: brokerRef(brokerName) },
+    });
+  return objects.map(withPartOf);
+}

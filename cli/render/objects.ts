@@ -1,0 +1,195 @@
+// The objects both sides are made of: a function's identity (ServiceAccount and its manifests/rbac
+// roles), its Knative Service, the Broker and the Triggers of its subscriptions, all as plain objects.
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseAllDocuments } from "yaml";
+import type { FunctionDeployment } from "./func-yaml.ts";
+
+export type Manifest = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  [field: string]: unknown;
+};
+
+// Every object we render carries it, so an uninstall finds them all with one selector.
+export const PartOfLabel = "app.kubernetes.io/part-of";
+export const PartOf = "ocm-functions";
+export const partOfSelector = `${PartOfLabel}=${PartOf}`;
+
+export const BrokerClassAnnotation = "eventing.knative.dev/broker.class";
+export const DefaultBrokerClass = "MTChannelBasedBroker";
+
+export type Resources = { requests?: { cpu?: string; memory?: string }; limits?: { cpu?: string; memory?: string } };
+
+// What both renders share.
+export type CommonOptions = {
+  registry?: string; // images are <registry>/ocm-functions/<name>:<tag>; default dev.local, which Knative does not resolve to digests
+  tag?: string; // default latest
+  brokerClass?: string; // the Brokers' eventing.knative.dev/broker.class; default MTChannelBasedBroker
+  containerConcurrency?: number; // per function pod, unless its func.yaml sets limits.concurrency; default 10
+  timeoutSeconds?: number; // per request; unset leaves it to Knative's config-defaults (300 s, capped by max-revision-timeout-seconds)
+  resources?: Resources; // per function container, under what its func.yaml sets; default below
+  // Values for func.yaml's run.envs: fills {{ env:NAME }} placeholders and replaces the value of any
+  // variable of that name (e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS).
+  env?: Readonly<Record<string, string>>;
+};
+
+export const defaultResources: Required<Resources> = { requests: { cpu: "25m", memory: "96Mi" }, limits: { memory: "256Mi" } };
+
+export const imageOf = (o: CommonOptions, name: string) => `${o.registry ?? "dev.local"}/ocm-functions/${name}:${o.tag ?? "latest"}`;
+
+export function withPartOf(o: Manifest): Manifest {
+  return { ...o, metadata: { ...o.metadata, labels: { ...o.metadata.labels, [PartOfLabel]: PartOf } } };
+}
+
+export function readManifests(...path: string[]): Manifest[] {
+  const file = join(import.meta.dirname, "..", "..", "manifests", ...path);
+  return parseAllDocuments(readFileSync(file, "utf8"))
+    .map((d) => d.toJS() as Manifest | null)
+    .filter((d): d is Manifest => d !== null);
+}
+
+// OCM's CRDs as generated into manifests/crds. A spoke serves ClusterClaims and AppliedManifestWorks
+// (OCM's klusterlet installs them there); every other kind is the hub's.
+export function ocmCrds(): Manifest[] {
+  const dir = join(import.meta.dirname, "..", "..", "manifests", "crds");
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".crd.yaml"))
+    .sort()
+    .flatMap((f) => readManifests("crds", f));
+}
+const spokeCrdKinds: readonly string[] = ["ClusterClaim", "AppliedManifestWork"];
+export const isSpokeCrd = (crd: Manifest) => spokeCrdKinds.includes((crd.spec as { names: { kind: string } }).names.kind);
+
+export const namespace = (name: string): Manifest => ({ apiVersion: "v1", kind: "Namespace", metadata: { name } });
+
+const rbacApi = "rbac.authorization.k8s.io/v1";
+
+// A ServiceAccount and the roles of manifests/rbac/<file>.yaml bound to it: a ClusterRoleBinding per
+// ClusterRole, a RoleBinding per Role (in the Role's namespace), each named after its role. `relocate`
+// moves Roles written for a default namespace to the one being rendered.
+export function identity(o: { account: string; namespace: string; rbacFile: string; relocate?: Readonly<Record<string, string>> }): Manifest[] {
+  const subjects = [{ kind: "ServiceAccount", name: o.account, namespace: o.namespace }];
+  const out: Manifest[] = [{ apiVersion: "v1", kind: "ServiceAccount", metadata: { name: o.account, namespace: o.namespace } }];
+  for (const doc of readManifests("rbac", `${o.rbacFile}.yaml`)) {
+    const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: doc.kind, name: doc.metadata.name };
+    if (doc.kind === "ClusterRole") {
+      out.push(doc, { apiVersion: rbacApi, kind: "ClusterRoleBinding", metadata: { name: doc.metadata.name }, roleRef, subjects });
+    } else if (doc.kind === "Role") {
+      const ns = o.relocate?.[doc.metadata.namespace!] ?? doc.metadata.namespace!;
+      out.push({ ...doc, metadata: { ...doc.metadata, namespace: ns } });
+      out.push({ apiVersion: rbacApi, kind: "RoleBinding", metadata: { name: doc.metadata.name, namespace: ns }, roleRef, subjects });
+    } else throw new Error(`manifests/rbac/${o.rbacFile}.yaml: unexpected kind ${doc.kind}`);
+  }
+  return out;
+}
+
+// func.yaml's values with {{ env:NAME }} filled from `values`; a value given for a variable's own name
+// replaces what func.yaml says.
+const envPlaceholder = /^\{\{\s*env:([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$/;
+export function functionEnv(f: FunctionDeployment, values: Readonly<Record<string, string>>): { name: string; value: string }[] {
+  return f.run.envs.map(({ name, value }) => {
+    const placeholder = envPlaceholder.exec(value)?.[1];
+    if (placeholder) {
+      const filled = values[placeholder];
+      if (filled === undefined) throw new Error(`functions/${f.name}/func.yaml: ${name} needs ${placeholder}; give it in the options' env`);
+      return { name, value: filled };
+    }
+    if (value.includes("{{")) throw new Error(`functions/${f.name}/func.yaml: ${name}: only {{ env:NAME }} placeholders can be rendered`);
+    return { name, value: values[name] ?? value };
+  });
+}
+
+export const envValue = (env: { name: string; value: string }[], name: string) => env.find((e) => e.name === name)?.value;
+
+// faas-js-runtime listens on 8080 (it ignores Knative's PORT) and serves these two health paths.
+const FUNCTION_PORT = 8080;
+
+// The Knative Service of one function: scale to zero unless func.yaml's scale says otherwise.
+export function knativeService(f: FunctionDeployment, o: CommonOptions & { namespace: string; containerEnv: { name: string; value: string }[] }): Manifest {
+  const scale = f.deploy.options?.scale;
+  const own = f.deploy.options?.resources;
+  const base = o.resources ?? defaultResources;
+  const resources = {
+    requests: { ...base.requests, ...own?.requests },
+    limits: { ...base.limits, cpu: own?.limits?.cpu ?? base.limits?.cpu, memory: own?.limits?.memory ?? base.limits?.memory },
+  };
+  for (const side of [resources.requests, resources.limits]) for (const k of ["cpu", "memory"] as const) if (side[k] === undefined) delete side[k];
+  return {
+    apiVersion: "serving.knative.dev/v1",
+    kind: "Service",
+    metadata: { name: f.name, namespace: o.namespace },
+    spec: {
+      template: {
+        metadata: {
+          annotations: {
+            "autoscaling.knative.dev/min-scale": String(scale?.min ?? 0),
+            ...(scale?.max !== undefined ? { "autoscaling.knative.dev/max-scale": String(scale.max) } : {}),
+          },
+        },
+        spec: {
+          serviceAccountName: f.deploy.serviceAccountName,
+          containerConcurrency: own?.limits?.concurrency ?? o.containerConcurrency ?? 10,
+          ...(o.timeoutSeconds !== undefined ? { timeoutSeconds: o.timeoutSeconds } : {}),
+          containers: [
+            {
+              image: imageOf(o, f.name),
+              ports: [{ containerPort: FUNCTION_PORT }],
+              env: o.containerEnv,
+              resources,
+              readinessProbe: { httpGet: { path: "/health/readiness" } },
+              livenessProbe: { httpGet: { path: "/health/liveness" } },
+            },
+          ],
+        },
+      },
+    },
+  };
+}
+
+export function broker(name: string, ns: string, o: CommonOptions): Manifest {
+  return {
+    apiVersion: "eventing.knative.dev/v1",
+    kind: "Broker",
+    metadata: { name, namespace: ns, annotations: { [BrokerClassAnnotation]: o.brokerClass ?? DefaultBrokerClass } },
+    // Functions answer 503 to be called again (conflicts, throttling); the dispatcher retries 5xx.
+    spec: { delivery: { retry: 10, backoffPolicy: "exponential", backoffDelay: "PT0.2S" } },
+  };
+}
+
+export const brokerRef = (name: string) => ({ ref: { apiVersion: "eventing.knative.dev/v1", kind: "Broker", name } });
+
+// The Trigger's name says what it lets through: <function>[-<kind>][-<mode>-<verb>|-ping].
+function triggerName(fn: string, filters: Record<string, string>): string {
+  const type = filters.type
+    ?.replace(/^dev\.knative\.apiserver\./, "")
+    .replace(/^dev\.knative\.sources\./, "")
+    .replace(/\./g, "-");
+  const rest = Object.keys(filters).filter((k) => k !== "type" && k !== "kind");
+  return [fn, filters.kind?.toLowerCase(), type, ...rest.map((k) => `${k}-${filters[k]}`)].filter(Boolean).join("-").toLowerCase();
+}
+
+// One Trigger per func.yaml subscription, its filter exactly the subscription's.
+export function triggers(f: FunctionDeployment, ns: string): Manifest[] {
+  const seen = new Set<string>();
+  return f.deploy.subscriptions.map(({ source, filters }) => {
+    const name = triggerName(f.name, filters);
+    if (seen.has(name)) throw new Error(`functions/${f.name}/func.yaml: two subscriptions would both be Trigger ${name}`);
+    if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`functions/${f.name}/func.yaml: Trigger name ${name} is not a DNS label`);
+    seen.add(name);
+    return {
+      apiVersion: "eventing.knative.dev/v1",
+      kind: "Trigger",
+      metadata: { name, namespace: ns },
+      spec: {
+        broker: source,
+        filter: { attributes: filters },
+        subscriber: { ref: { apiVersion: "serving.knative.dev/v1", kind: "Service", name: f.name } },
+      },
+    };
+  });
+}
+
+// The Brokers the functions subscribe to (func.yaml's subscriptions[].source names one).
+export const brokerNames = (fns: readonly FunctionDeployment[]) => [...new Set(fns.flatMap((f) => f.deploy.subscriptions.map((s) => s.source)))].sort();

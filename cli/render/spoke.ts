@@ -1,0 +1,194 @@
+// A spoke on Knative: the agent's namespace and CRDs, per spoke function its identity, Knative Service
+// and Triggers, one Broker fed by the event relay (a ContainerSource watching the spoke and, with the
+// agent's credentials, the hub), the heartbeat Deployment, and the bootstrap kubeconfig when given.
+import { stringify } from "yaml";
+import type { ApiResource } from "../../shared/api/meta.ts";
+import { CertificateSigningRequestResource, LeaseResource, NamespaceResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
+import { ClusterClaimResource, ClusterLabel, ManagedClusterResource } from "../../shared/api/cluster.ts";
+import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
+import { AppliedManifestWorkResource, ManifestWorkResource } from "../../shared/api/work.ts";
+import { BootstrapSecretName, HubSecretKey } from "../../shared/api/registration.ts";
+import { RelayConfigSchema, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
+import { readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import {
+  broker,
+  brokerNames,
+  brokerRef,
+  defaultResources,
+  envValue,
+  functionEnv,
+  identity,
+  imageOf,
+  isSpokeCrd,
+  knativeService,
+  namespace,
+  ocmCrds,
+  triggers,
+  withPartOf,
+  type CommonOptions,
+  type Manifest,
+} from "./objects.ts";
+
+export type SpokeOptions = CommonOptions & {
+  clusterName?: string; // the ManagedCluster's name (OCM's --spoke-cluster-name); default cluster1
+  externalServerUrls?: readonly string[]; // the spoke API server's URLs the hub is told (--spoke-external-server-urls)
+  bootstrapKubeconfig?: string; // a kubeconfig for the hub: rendered as the bootstrap-hub-kubeconfig Secret
+  resyncSeconds?: number; // the relay's resync ticks; default 60
+};
+
+export const RelayName = "ocm-relay";
+export const RelayAccount = "relay-spoke";
+export const HeartbeatName = "ocm-heartbeat";
+export const HeartbeatAccount = "heartbeat";
+const HEARTBEAT_HEALTH_PORT = 8000;
+
+// Where each kind a spoke function subscribes to is watched from. `mode` is used when the functions'
+// filters leave it open: Reference keeps secret data and node status out of the events.
+type Where = { on: "spoke" | "hub"; resource: ApiResource; mode: "Resource" | "Reference"; namespace?: "agent" | "cluster"; labelSelector?: "cluster"; fieldSelector?: string | "name" };
+const relaySources: readonly Where[] = [
+  { on: "spoke", resource: SecretResource, namespace: "agent", mode: "Reference" },
+  { on: "spoke", resource: NodeResource, mode: "Reference" },
+  { on: "spoke", resource: ClusterClaimResource, mode: "Reference" },
+  { on: "spoke", resource: AppliedManifestWorkResource, mode: "Resource" },
+  { on: "spoke", resource: NamespaceResource, mode: "Reference" }, // an add-on's install namespace appearing
+  // add-on leases, not the control plane's own, which renew every few seconds
+  { on: "spoke", resource: LeaseResource, mode: "Resource", fieldSelector: "metadata.namespace!=kube-system,metadata.namespace!=kube-node-lease" },
+  { on: "hub", resource: ManagedClusterAddOnV1alpha1Resource, namespace: "cluster", mode: "Resource" },
+  { on: "hub", resource: CertificateSigningRequestResource, labelSelector: "cluster", mode: "Resource" },
+  { on: "hub", resource: ManagedClusterResource, fieldSelector: "name", mode: "Resource" },
+  { on: "hub", resource: ManifestWorkResource, namespace: "cluster", mode: "Resource" },
+];
+
+// A kind's mode: what its subscriptions' types name (Resource wins when both are named, since a
+// resource.* filter never matches a ref.* event), else the source's own preference.
+function modeFor(kind: string, fns: readonly FunctionDeployment[], preferred: Where["mode"]): Where["mode"] {
+  const types = fns.flatMap((f) => f.deploy.subscriptions.filter((s) => s.filters.kind === kind).map((s) => s.filters.type ?? ""));
+  if (types.some((t) => t.startsWith("dev.knative.apiserver.resource."))) return "Resource";
+  if (types.some((t) => t.startsWith("dev.knative.apiserver.ref."))) return "Reference";
+  return preferred;
+}
+
+export function relayConfig(fns: readonly FunctionDeployment[], o: { spoke: string; hub: string; clusterName: string; agentNamespace: string; resyncSeconds: number }): RelayConfigInput {
+  const kinds = new Set(fns.flatMap((f) => f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
+  for (const kind of kinds) if (!relaySources.some((w) => w.resource.kind === kind)) throw new Error(`a spoke function subscribes to kind ${kind}, which the relay does not watch`);
+  const sources = relaySources
+    .filter((w) => kinds.has(w.resource.kind))
+    .map((w) => ({
+      cluster: w.on === "spoke" ? o.spoke : o.hub,
+      resource: { ...w.resource },
+      mode: modeFor(w.resource.kind, fns, w.mode),
+      ...(w.namespace ? { namespace: w.namespace === "agent" ? o.agentNamespace : o.clusterName } : {}),
+      ...(w.labelSelector ? { labelSelector: `${ClusterLabel.ClusterName}=${o.clusterName}` } : {}),
+      ...(w.fieldSelector ? { fieldSelector: w.fieldSelector === "name" ? `metadata.name=${o.clusterName}` : w.fieldSelector } : {}),
+    }));
+  const config: RelayConfigInput = {
+    clusters: { [o.spoke]: { inCluster: true }, [o.hub]: hubCredentialsFromAgentSecrets(o.spoke, o.agentNamespace) },
+    sources,
+    resync: { intervalMs: o.resyncSeconds * 1000 },
+  };
+  RelayConfigSchema.parse(config); // a configuration the relay would refuse is not rendered
+  return config;
+}
+
+function heartbeat(o: SpokeOptions & { ns: string; clusterName: string }): Manifest {
+  const labels = { "app.kubernetes.io/name": HeartbeatName };
+  return {
+    apiVersion: "apps/v1",
+    kind: "Deployment",
+    metadata: { name: HeartbeatName, namespace: o.ns },
+    spec: {
+      replicas: 1,
+      selector: { matchLabels: labels },
+      template: {
+        metadata: { labels },
+        spec: {
+          serviceAccountName: HeartbeatAccount,
+          containers: [
+            {
+              name: "heartbeat",
+              image: imageOf(o, "heartbeat"),
+              env: [
+                { name: "SPOKE_CLUSTER_NAME", value: o.clusterName },
+                { name: "AGENT_NAMESPACE", value: o.ns },
+                // the kubelet probes the pod's address, not loopback
+                { name: "HEALTH_HOST", value: "0.0.0.0" },
+                { name: "HEALTH_PORT", value: String(HEARTBEAT_HEALTH_PORT) },
+              ],
+              ports: [{ name: "health", containerPort: HEARTBEAT_HEALTH_PORT }],
+              // fails once the hub client certificate has expired: the restart re-bootstraps
+              livenessProbe: { httpGet: { path: "/healthz", port: "health" }, periodSeconds: 10, failureThreshold: 3 },
+              resources: { requests: { cpu: "5m", memory: "64Mi" }, limits: { memory: defaultResources.limits.memory } },
+            },
+          ],
+        },
+      },
+    },
+  };
+}
+
+function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerName: string }): Manifest {
+  return {
+    apiVersion: "sources.knative.dev/v1",
+    kind: "ContainerSource",
+    metadata: { name: RelayName, namespace: o.ns },
+    spec: {
+      template: {
+        spec: {
+          serviceAccountName: RelayAccount,
+          containers: [
+            {
+              name: "relay",
+              image: imageOf(o, "relay"),
+              // K_SINK (the Broker) is injected; the relay names each event's cluster itself, so no
+              // ceOverrides: their extensions would replace that `cluster` on every event.
+              env: [{ name: "OCM_RELAY_CONFIG", value: stringify(o.config, { lineWidth: 0 }) }],
+              resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
+            },
+          ],
+        },
+      },
+      sink: brokerRef(o.brokerName),
+    },
+  };
+}
+
+export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
+  const fns = readFunctions().filter((f) => f.side === "spoke");
+  const clusterName = o.clusterName ?? "cluster1";
+  const values = { SPOKE_CLUSTER_NAME: clusterName, SPOKE_EXTERNAL_SERVER_URLS: (o.externalServerUrls ?? []).join(","), ...o.env };
+  const envs = new Map(fns.map((f) => [f.name, functionEnv(f, values)]));
+  const one = (what: string, values: (string | undefined)[]) => {
+    const set = new Set(values.filter((v) => v !== undefined));
+    if (set.size !== 1) throw new Error(`the spoke functions disagree on ${what}: ${[...set].join(", ") || "none given"}`);
+    return [...set][0]!;
+  };
+  const ns = one("deploy.namespace", fns.map((f) => f.deploy.namespace));
+  const spoke = one("OCM_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME")));
+  const hub = one("OCM_HUB_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_HUB_CLUSTER_NAME")));
+  const brokerName = one("the Broker they subscribe to", brokerNames(fns));
+  const config = relayConfig(fns, { spoke, hub, clusterName, agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60 });
+
+  const objects: Manifest[] = [namespace(ns), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
+  if (o.bootstrapKubeconfig !== undefined)
+    objects.push({
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name: BootstrapSecretName, namespace: ns },
+      type: "Opaque",
+      data: { [HubSecretKey.Kubeconfig]: Buffer.from(o.bootstrapKubeconfig).toString("base64") },
+    });
+  for (const f of fns) {
+    objects.push(
+      ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name }),
+      knativeService(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
+      ...triggers(f, ns),
+    );
+  }
+  objects.push(
+    ...identity({ account: RelayAccount, namespace: ns, rbacFile: "relay-spoke" }),
+    relay({ ...o, ns, config, brokerName }),
+    ...identity({ account: HeartbeatAccount, namespace: ns, rbacFile: "heartbeat" }),
+    heartbeat({ ...o, ns, clusterName }),
+  );
+  return objects.map(withPartOf);
+}

@@ -1,0 +1,91 @@
+// The Knative manifests rendered from func.yaml: the committed files are a fresh render (as
+// manifests/crds/ are of the schemas), and what a render holds follows func.yaml and the options.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { renderedManifests } from "../cli/render/files.ts";
+import { readFunctions } from "../cli/render/func-yaml.ts";
+import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
+import { configFromEnvironment } from "../components/relay/config.ts";
+
+const root = join(import.meta.dirname, "..");
+
+describe("manifests/{hub,spoke}/knative.yaml", () => {
+  it.each(renderedManifests())("$file is what cli/render makes of func.yaml now (run `npm run gen:manifests` to fix)", ({ file, yaml }) => {
+    expect(readFileSync(join(root, file), "utf8")).toBe(yaml);
+  });
+});
+
+type Container = { image: string; env: { name: string; value: string }[] };
+type KService = Manifest & { spec: { template: { metadata: { annotations: Record<string, string> }; spec: { serviceAccountName: string; containers: Container[] } } } };
+type Trigger = Manifest & { spec: { broker: string; filter: { attributes: Record<string, string> }; subscriber: { ref: { kind: string; name: string } } } };
+
+const hub = renderHub();
+const spoke = renderSpoke({ clusterName: "edge-7", externalServerUrls: ["https://edge-7.example:6443"] });
+const of = <T extends Manifest>(objects: Manifest[], kind: string) => objects.filter((o) => o.kind === kind) as T[];
+const functions = readFunctions().map((f) => ({ name: f.name, side: f.side, f, objects: f.side === "hub" ? hub : spoke }));
+
+describe("a render", () => {
+  it.each([
+    { side: "hub", objects: hub },
+    { side: "spoke", objects: spoke },
+  ])("labels every $side object part-of ocm-functions, so an uninstall finds them", ({ objects }) => {
+    expect(objects.filter((o) => o.metadata.labels?.[PartOfLabel] !== PartOf).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
+  });
+
+  it("has 8 hub and 5 spoke functions, each on its own side only", () => {
+    expect(of(hub, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "hub").map((f) => f.name));
+    expect(of(spoke, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "spoke").map((f) => f.name));
+    expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([8, 5]);
+  });
+
+  it.each(functions)("gives $name one Trigger per func.yaml subscription, its filter exactly the subscription's", ({ name, f, objects }) => {
+    const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
+    expect(mine.map((t) => ({ source: t.spec.broker, filters: t.spec.filter.attributes }))).toEqual(f.deploy.subscriptions);
+    expect(new Set(mine.map((t) => t.spec.subscriber.ref.kind))).toEqual(new Set(["Service"]));
+  });
+
+  it.each(functions)("runs $name with func.yaml's env, its placeholders filled, under its own service account", ({ name, f, objects }) => {
+    const service = of<KService>(objects, "Service").find((s) => s.metadata.name === name)!;
+    const { spec } = service.spec.template;
+    expect(spec.serviceAccountName).toBe(f.deploy.serviceAccountName);
+    const filled: Record<string, string> = { "{{ env:SPOKE_CLUSTER_NAME }}": "edge-7", "{{ env:SPOKE_EXTERNAL_SERVER_URLS }}": "https://edge-7.example:6443" };
+    expect(spec.containers[0]!.env).toEqual(f.run.envs.map((e) => ({ name: e.name, value: filled[e.value] ?? e.value })));
+    expect(spec.containers[0]!.image).toBe(`dev.local/ocm-functions/${name}:latest`);
+    expect(service.spec.template.metadata.annotations["autoscaling.knative.dev/min-scale"]).toBe(String(f.deploy.options?.scale?.min ?? 0));
+    const bindings = objects.filter((o) => o.kind.endsWith("Binding") && (o.subjects as { name: string }[] | undefined)?.some((s) => s.name === f.deploy.serviceAccountName));
+    expect(bindings.length).toBeGreaterThan(0);
+  });
+
+  it("lets the hub's ApiServerSource account get, list and watch exactly what the source watches", () => {
+    const [source] = of<Manifest & { spec: { serviceAccountName: string; resources: { apiVersion: string; kind: string }[] } }>(hub, "ApiServerSource");
+    const role = of<Manifest & { rules: { apiGroups: string[]; resources: string[]; verbs: string[] }[] }>(hub, "ClusterRole").find((r) => r.metadata.name.endsWith(source!.spec.serviceAccountName))!;
+    const granted = role.rules.flatMap((r) => r.resources.map((p) => `${r.apiGroups[0]}/${p}:${r.verbs.join(",")}`)).sort();
+    const watched = [...new Set(source!.spec.resources.map((r) => `${r.apiVersion.includes("/") ? r.apiVersion.split("/")[0] : ""}/${r.kind.toLowerCase()}s:get,list,watch`))].sort();
+    expect(granted).toEqual(watched);
+  });
+
+  it("configures the spoke's relay as the relay itself parses it: the Broker as K_SINK, each source's cluster its own", () => {
+    type Source = Manifest & { spec: { template: { spec: { containers: Container[] } } } };
+    const [relay] = of<Source>(spoke, "ContainerSource");
+    const text = relay!.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value;
+    const config = configFromEnvironment(text, { K_SINK: "http://broker-ingress.example/ns/default" });
+    expect(config.sinks).toEqual([{ name: "k-sink", url: "http://broker-ingress.example/ns/default" }]);
+    expect(config.ceOverrides.extensions).toEqual({}); // a `cluster` override would rename every source's cluster
+    const subscribed = new Set(functions.filter((f) => f.side === "spoke").flatMap((f) => f.f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
+    expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);
+    const onHub = config.sources.filter((s) => s.cluster === "hub");
+    expect(onHub.map((s) => s.namespace ?? s.labelSelector ?? s.fieldSelector)).toEqual(["edge-7", "open-cluster-management.io/cluster-name=edge-7", "metadata.name=edge-7", "edge-7"]);
+  });
+
+  it("takes images, the broker class and the bootstrap kubeconfig from the options", () => {
+    const custom = renderSpoke({ registry: "registry.example/team", tag: "v1", brokerClass: "Kafka", timeoutSeconds: 60, containerConcurrency: 2, bootstrapKubeconfig: "apiVersion: v1\nkind: Config\n" });
+    const [service] = of<KService & { spec: { template: { spec: { timeoutSeconds?: number; containerConcurrency: number } } } }>(custom, "Service");
+    expect(service!.spec.template.spec.containers[0]!.image).toMatch(/^registry\.example\/team\/ocm-functions\/[a-z-]+:v1$/);
+    expect([service!.spec.template.spec.timeoutSeconds, service!.spec.template.spec.containerConcurrency]).toEqual([60, 2]);
+    expect(of(custom, "Broker")[0]!.metadata.annotations).toEqual({ "eventing.knative.dev/broker.class": "Kafka" });
+    const secret = of<Manifest & { data: Record<string, string> }>(custom, "Secret")[0]!;
+    expect([secret.metadata.name, Buffer.from(secret.data.kubeconfig!, "base64").toString()]).toEqual(["bootstrap-hub-kubeconfig", "apiVersion: v1\nkind: Config\n"]);
+    expect(of(renderSpoke(), "Secret")).toEqual([]);
+  });
+});
