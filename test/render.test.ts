@@ -4,7 +4,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
-import { readFunctions } from "../cli/render/func-yaml.ts";
+import { isRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
+import { hubRelayName } from "../cli/render/hub.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
 
@@ -39,10 +40,25 @@ describe("a render", () => {
     expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([8, 5]);
   });
 
-  it.each(functions)("gives $name one Trigger per func.yaml subscription, its filter exactly the subscription's", ({ name, f, objects }) => {
+  it.each(functions.filter(({ f }) => !isRelayFed(f)))("gives $name one Trigger per func.yaml subscription, its filter exactly the subscription's", ({ name, f, objects }) => {
     const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
     expect(mine.map((t) => ({ source: t.spec.broker, filters: t.spec.filter.attributes }))).toEqual(f.deploy.subscriptions);
     expect(new Set(mine.map((t) => t.spec.subscriber.ref.kind))).toEqual(new Set(["Service"]));
+  });
+
+  // The lease monitor asks to look again when a lease would expire; a Broker drops that answer.
+  it("feeds cluster-lease-monitor from a relay of its own that delivers straight to it, and gives it no Trigger", () => {
+    const hub = renderHub();
+    expect(of<Trigger>(hub, "Trigger").filter((t) => t.spec.subscriber.ref.name === "cluster-lease-monitor")).toEqual([]);
+    const source = hub.find((o) => o.kind === "ContainerSource" && o.metadata.name === hubRelayName("cluster-lease-monitor"))!;
+    expect(source.spec).toMatchObject({ sink: { ref: { apiVersion: "serving.knative.dev/v1", kind: "Service", name: "cluster-lease-monitor" } } });
+    const container = (source.spec as { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } }).template.spec.containers[0]!;
+    const config = configFromEnvironment(container.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, { K_SINK: "http://cluster-lease-monitor.example" });
+    expect(config.sources.map((s) => [s.resource.kind, s.labelSelector ?? ""])).toEqual([["ManagedCluster", ""], ["Lease", "open-cluster-management.io/cluster-name"]]);
+    expect(config.sinks).toEqual([{ name: "k-sink", url: "http://cluster-lease-monitor.example" }]);
+    // the ApiServerSource no longer watches leases for anyone
+    const apiServerSource = hub.find((o) => o.kind === "ApiServerSource")!;
+    expect((apiServerSource.spec as { resources: { kind: string }[] }).resources.map((r) => r.kind)).not.toContain("Lease");
   });
 
   it.each(functions)("runs $name with func.yaml's env, its placeholders filled, under its own service account", ({ name, f, objects }) => {

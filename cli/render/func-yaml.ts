@@ -16,6 +16,7 @@ export const FuncYamlSchema = z.looseObject({
   run: z.looseObject({ envs: z.array(z.strictObject({ name: z.string().min(1), value: z.string() })).default([]) }).prefault({}),
   deploy: z.looseObject({
     namespace: z.string().optional(),
+    annotations: z.record(z.string(), z.string()).optional(),
     serviceAccountName: z.string().min(1),
     options: z
       .looseObject({
@@ -34,6 +35,12 @@ export const FuncYamlSchema = z.looseObject({
 export type FuncYaml = z.infer<typeof FuncYamlSchema>;
 
 export type Side = "hub" | "spoke";
+
+// A hub function whose timing matters (its reconciles ask to look again at a given time) is fed by a
+// relay of its own instead of Triggers: the relay delivers straight to it and honours the
+// x-recheck-after-ms answer, which a Broker drops.
+export const EventsAnnotation = "ocm-functions.io/events";
+export const isRelayFed = (f: FuncYaml) => f.deploy.annotations?.[EventsAnnotation] === "hub-relay";
 export type FunctionDeployment = FuncYaml & { side: Side };
 
 // A function that names the agent's namespace runs there, on the spoke; every other one runs on the hub,

@@ -20,14 +20,18 @@ import {
 import { ManifestWorkResource } from "../../shared/api/work.ts";
 import { AddonNameLabel } from "../../shared/api/registration.ts";
 import { PingSourceType } from "../../shared/events.ts";
-import { readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import { stringify } from "yaml";
+import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
   broker,
   brokerNames,
   brokerRef,
+  defaultResources,
   envValue,
   functionEnv,
   identity,
+  imageOf,
   isSpokeCrd,
   knativeService,
   ocmCrds,
@@ -113,24 +117,65 @@ export const ApiServerSourceName = "ocm-hub";
 export const ApiServerSourceAccount = "ocm-hub-apiserversource";
 export const PingSourceName = "ocm-hub-resync";
 
-// The ApiServerSource's identity: get, list and watch on exactly the watched resources (Knative's
-// controller checks these three with SubjectAccessReviews before it runs the adapter).
-function sourceIdentity(ns: string, watches: readonly Watch[]): Manifest[] {
-  const role = `open-cluster-management:functions:${ApiServerSourceAccount}`;
+// A source's identity: get, list and watch on exactly the watched resources (Knative's controller
+// checks these three with SubjectAccessReviews before it runs the ApiServerSource adapter).
+function sourceIdentity(ns: string, watches: readonly Watch[], account = ApiServerSourceAccount): Manifest[] {
+  const role = `open-cluster-management:functions:${account}`;
   const byGroup = new Map<string, Set<string>>();
   for (const { resource } of watches) byGroup.set(resource.group, (byGroup.get(resource.group) ?? new Set()).add(resource.plural));
   const rules = [...byGroup.entries()]
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ["get", "list", "watch"] }));
   return [
-    { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: ApiServerSourceAccount, namespace: ns } },
+    { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: account, namespace: ns } },
     { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: role }, rules },
     {
       apiVersion: "rbac.authorization.k8s.io/v1",
       kind: "ClusterRoleBinding",
       metadata: { name: role },
       roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role },
-      subjects: [{ kind: "ServiceAccount", name: ApiServerSourceAccount, namespace: ns }],
+      subjects: [{ kind: "ServiceAccount", name: account, namespace: ns }],
+    },
+  ];
+}
+
+export const hubRelayName = (fn: string) => `ocm-hub-relay-${fn}`;
+
+// The relay's configuration for one relay-fed function: the function's watches on the hub, named as its
+// events must name the cluster, ticks only if it subscribes to them; K_SINK (the function) is injected.
+export function hubRelayConfig(f: FunctionDeployment, cluster: string, o: { resyncSeconds?: number } = {}): RelayConfigInput {
+  const ticks = f.deploy.subscriptions.some((s) => s.filters.type === PingSourceType);
+  return {
+    clusters: { [cluster]: { inCluster: true } },
+    sources: hubWatches([f]).map(({ resource, selector }) => ({ cluster, resource: { ...resource }, mode: modeOf([f]), ...(selector ? { labelSelector: selector } : {}) })),
+    resync: { intervalMs: ticks ? (o.resyncSeconds ?? 60) * 1000 : 0 },
+  };
+}
+
+function hubRelay(f: FunctionDeployment, ns: string, cluster: string, o: HubOptions): Manifest[] {
+  const name = hubRelayName(f.name);
+  return [
+    ...sourceIdentity(ns, hubWatches([f]), name),
+    {
+      apiVersion: "sources.knative.dev/v1",
+      kind: "ContainerSource",
+      metadata: { name, namespace: ns },
+      spec: {
+        template: {
+          spec: {
+            serviceAccountName: name,
+            containers: [
+              {
+                name: "relay",
+                image: imageOf(o, "relay"),
+                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(hubRelayConfig(f, cluster), { lineWidth: 0 }) }],
+                resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
+              },
+            ],
+          },
+        },
+        sink: { ref: { apiVersion: "serving.knative.dev/v1", kind: "Service", name: f.name } },
+      },
     },
   ];
 }
@@ -143,11 +188,12 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
   const names = new Set(fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME") ?? "hub"));
   if (names.size !== 1) throw new Error(`the hub functions disagree on OCM_CLUSTER_NAME: ${[...names].join(", ")}`);
   const [cluster] = names;
-  const brokers = brokerNames(fns);
+  const brokers = brokerNames(fns.filter((f) => !isRelayFed(f)));
   if (brokers.length !== 1) throw new Error(`the hub's sources feed one Broker; the functions subscribe to ${brokers.join(", ")}`);
   const [brokerName] = brokers as [string];
-  const watches = hubWatches(fns);
-  const subscribesToTicks = fns.some((f) => f.deploy.subscriptions.some((s) => s.filters.type === PingSourceType));
+  const brokerFed = fns.filter((f) => !isRelayFed(f));
+  const watches = hubWatches(brokerFed);
+  const subscribesToTicks = brokerFed.some((f) => f.deploy.subscriptions.some((s) => s.filters.type === PingSourceType));
 
   const objects: Manifest[] = [
     namespace(ns),
@@ -160,7 +206,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name, relocate: { [HubNamespaceDefault]: ns } }),
       knativeService(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
-      ...triggers(f, ns),
+      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns)),
     );
   }
   objects.push(...sourceIdentity(ns, watches), {
