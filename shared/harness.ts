@@ -33,6 +33,9 @@ export type FunctionSpec<Config> = {
 export type Reply = { statusCode: number; body?: string; headers?: Record<string, string> };
 
 const CONFLICT_RETRIES = 3;
+// Permissions granted by another reconciler (acceptance, rotation) reach the authorizer a moment after
+// the event that needs them: a refused call is tried again a few times at once, then it is a defect.
+const FORBIDDEN_RETRY_DELAYS_MS = [200, 500];
 // A recheck further away than this is left to the periodic resync (and timers cannot hold days).
 export const MAX_RECHECK_MS = 3_600_000;
 
@@ -43,36 +46,71 @@ export function jsonLog(fn: string, out?: "quiet" | ((line: string) => void)): L
   return { info: write("info"), warn: write("warn"), error: write("error") };
 }
 
-// Runs one reconcile, retrying write conflicts a few times at once (the next read sees the new version).
+// A call still refused after the retries: the identity lacks a permission (our RBAC, or the hub's
+// grant to the cluster), named as the API server named it.
+export class RbacDefect extends Error {
+  readonly missing: { user?: string; verb?: string; resource?: string; group?: string; namespace?: string };
+  constructor(cause: unknown) {
+    const message = cause instanceof Error ? cause.message : String(cause);
+    const m = /User "([^"]*)" cannot (\S+) resource "([^"]*)" in API group "([^"]*)"(?: in the namespace "([^"]*)")?/.exec(message);
+    const missing: RbacDefect["missing"] = m ? { user: m[1], verb: m[2], resource: m[3], group: m[4], ...(m[5] ? { namespace: m[5] } : {}) } : {};
+    const what = m ? `${missing.user} may not ${missing.verb} ${missing.resource}${missing.group ? `.${missing.group}` : ""}${missing.namespace ? ` in ${missing.namespace}` : ""}` : message;
+    super(`RBAC defect: ${what}`, { cause });
+    this.name = "RbacDefect";
+    this.missing = missing;
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Runs one reconcile, retrying write conflicts a few times at once (the next read sees the new version)
+// and a refused call a few times after a short wait; a call refused every time is an RbacDefect.
 export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Outcome> {
-  for (let attempt = 1; ; attempt++) {
+  let conflicts = 0;
+  let refusals = 0;
+  for (;;) {
     try {
       return await spec.reconcile(io, key);
     } catch (err) {
-      if (classifyError(err) !== "conflict" || attempt >= CONFLICT_RETRIES) throw err;
-      io.log.info({ key, attempt }, "conflict: re-reading and trying again");
+      const kind = classifyError(err);
+      if (kind === "conflict" && ++conflicts < CONFLICT_RETRIES) {
+        io.log.info({ key, attempt: conflicts }, "conflict: re-reading and trying again");
+        continue;
+      }
+      if (kind === "forbidden") {
+        const wait = FORBIDDEN_RETRY_DELAYS_MS[refusals++];
+        if (wait === undefined) throw new RbacDefect(err);
+        io.log.info({ key, attempt: refusals, waitMs: wait }, "forbidden: waiting for the permission to arrive");
+        await sleep(wait);
+        continue;
+      }
+      throw err;
     }
   }
 }
 
 // Which HTTP status a failure becomes. Never the Kubernetes code itself: a leaked 404 or 409 would
-// be misread by the ApiServerSource adapter and by Brokers.
+// be misread by the ApiServerSource adapter and by Brokers. An RBAC defect is a 500: the source's
+// bounded retries may still find the permission granted, and the log names what is missing.
 function replyFor(err: unknown): Reply {
-  const kind = classifyError(err);
   const message = err instanceof Error ? err.message : String(err);
-  switch (kind) {
+  if (err instanceof RbacDefect) return { statusCode: 500, body: message };
+  switch (classifyError(err)) {
     case "conflict":
     case "transient":
     case "not-found": // something vanished mid-reconcile: the retry will read the new state
     case "already-exists":
-    // Permissions here are granted by other reconcilers (acceptance, rotation) and arrive a moment
-    // later than the events that need them; the retry finds them in place.
-    case "forbidden":
-    case "unauthorized":
+    case "unauthorized": // a credential being rotated
       return { statusCode: 503, body: `retry: ${message}` };
     default:
       return { statusCode: 500, body: message };
   }
+}
+
+function logFailure(io: Io<unknown>, err: unknown, reply: Reply, key?: Key): void {
+  const error = err instanceof Error ? err.message : String(err);
+  if (err instanceof RbacDefect) io.log.error({ key, error, missing: err.missing, status: reply.statusCode }, "RBAC defect: a permission is missing");
+  else io.log[reply.statusCode === 500 ? "error" : "warn"]({ key, error, status: reply.statusCode }, "reconcile failed");
 }
 
 export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudevent: Record<string, unknown> | undefined): Promise<Reply> {
@@ -81,33 +119,35 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
     io.log.warn({ reason: parsed.reason }, "rejected: malformed event");
     return { statusCode: 400, body: parsed.reason };
   }
+  let keys: Key[] | { skip: string };
   try {
-    const keys = await spec.keys(parsed.event, io);
-    if (!Array.isArray(keys)) {
-      io.log.info({ reason: keys.skip }, "skipped");
-      return { statusCode: 204 };
-    }
-    let recheckInMs: number | undefined;
-    const failures: unknown[] = [];
-    // Every key gets its turn: one that always fails must not starve the others of a resync.
-    for (const key of keys) {
-      try {
-        const outcome = await reconcileKey(spec, io, key);
-        if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
-      } catch (err) {
-        if (keys.length > 1) io.log.warn({ key, error: err instanceof Error ? err.message : String(err) }, "reconcile failed; going on with the other keys");
-        failures.push(err);
-      }
-    }
-    // The most retryable failure answers for all of them.
-    if (failures.length) throw failures.find((f) => replyFor(f).statusCode === 503) ?? failures[0];
-    // Knative has no delayed redelivery; the resync tick covers rechecks. The local relay reads this header.
-    return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };
+    keys = await spec.keys(parsed.event, io);
   } catch (err) {
     const reply = replyFor(err);
-    io.log[reply.statusCode === 500 ? "error" : "warn"]({ error: err instanceof Error ? err.message : String(err), status: reply.statusCode }, "reconcile failed");
+    logFailure(io, err, reply);
     return reply;
   }
+  if (!Array.isArray(keys)) {
+    io.log.info({ reason: keys.skip }, "skipped");
+    return { statusCode: 204 };
+  }
+  // Every key is settled: one that always fails must not starve the others of a resync.
+  let recheckInMs: number | undefined;
+  const replies: Reply[] = [];
+  for (const key of keys) {
+    try {
+      const outcome = await reconcileKey(spec, io, key);
+      if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
+    } catch (err) {
+      const reply = replyFor(err);
+      logFailure(io, err, reply, key);
+      replies.push(reply);
+    }
+  }
+  // Then one answer for all: a retry (503) if any key needs one, since the retry reconciles every key;
+  // else the first failure; else done, with the soonest recheck (read by relays; a Broker drops it).
+  if (replies.length) return replies.find((r) => r.statusCode === 503) ?? replies[0]!;
+  return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };
 }
 
 // The faas-js-runtime entry point: `export const handle = serve(spec, makeIo)`.

@@ -1,0 +1,127 @@
+// The harness's error path against a real API server: every key is settled, then one answer comes from
+// the failures' classes; a refused call is tried again briefly (permissions granted by another
+// reconciler arrive a moment late), then answered 500 and logged as an RBAC defect that names the
+// missing verb and resource.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource } from "../shared/api/kube.ts";
+import { done, handleEvent, type FunctionSpec, type Io, type Key } from "../shared/harness.ts";
+import { KubeClient } from "../shared/kube/client.ts";
+import { KubeError } from "../shared/kube/errors.ts";
+import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
+import { systemClock } from "../shared/clock.ts";
+import { tickEvent } from "./support/functions.ts";
+
+const HUB = "hub";
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+let local: LocalClusters;
+let hub: LocalCluster;
+let admin: KubeClient;
+
+beforeAll(async () => {
+  local = await startClusters({ names: [HUB], crds: false, controllers: false });
+  hub = local.get(HUB);
+  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+});
+
+afterAll(async () => {
+  admin?.close();
+  await local?.stop();
+});
+
+type Logged = { level: string; msg: string; [k: string]: unknown };
+
+// An identity with no rights at all, and a log that keeps what the harness says.
+async function ioFor(user: string): Promise<{ io: Io<null>; lines: Logged[] }> {
+  const lines: Logged[] = [];
+  const write = (level: string) => (fields: object, msg: string) => lines.push({ level, msg, ...fields });
+  const io: Io<null> = { clock: systemClock, config: null, log: { info: write("info"), warn: write("warn"), error: write("error") }, cluster: clientsFromKubeconfigs({ [HUB]: await hub.kubeconfigFor({ user }) }) };
+  return { io, lines };
+}
+
+// A function that lists ConfigMaps in the key's namespace, on a tick, for the given keys.
+function lister(keys: Key[], extra: (key: Key) => Promise<void> = async () => {}): FunctionSpec<null> {
+  return {
+    name: "lister",
+    keys: () => keys,
+    async reconcile(io, key) {
+      await extra(key);
+      await io.cluster(HUB).list(ConfigMapResource, { namespace: key.namespace });
+      return done;
+    },
+  };
+}
+
+async function grantList(user: string): Promise<void> {
+  const name = `test:list-configmaps:${user}`;
+  await admin.create(ClusterRoleResource, { metadata: { name }, rules: [{ apiGroups: [""], resources: ["configmaps"], verbs: ["list"] }] });
+  await admin.create(ClusterRoleBindingResource, {
+    metadata: { name },
+    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name },
+    subjects: [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: user }],
+  });
+}
+
+describe("a permission that never comes", () => {
+  it("is answered 500 and logged once as an RBAC defect naming the user, verb and resource", async () => {
+    const user = `nobody-${suffix()}`;
+    const { io, lines } = await ioFor(user);
+    const reply = await handleEvent(lister([{ cluster: HUB, namespace: "default", name: "x" }]), io, tickEvent(HUB));
+    expect(reply.statusCode).toBe(500);
+    expect(reply.body).toBe(`RBAC defect: ${user} may not list configmaps in default`);
+    const defects = lines.filter((l) => l.msg === "RBAC defect: a permission is missing");
+    expect(defects).toEqual([expect.objectContaining({ level: "error", missing: { user, verb: "list", resource: "configmaps", group: "", namespace: "default" } })]);
+    // tried again before giving up (control: the retries happened)
+    expect(lines.filter((l) => l.msg === "forbidden: waiting for the permission to arrive")).toHaveLength(2);
+  });
+});
+
+describe("a permission that arrives a moment late", () => {
+  it("is waited for, and the reconcile succeeds (204)", async () => {
+    const user = `late-${suffix()}`;
+    const { io, lines } = await ioFor(user);
+    let granted = false;
+    const spec = lister([{ cluster: HUB, namespace: "default", name: "x" }], async () => {
+      if (!granted) {
+        granted = true;
+        // granted after the first refusal, as acceptance grants a cluster's agent
+        setTimeout(() => void grantList(user), 50);
+      }
+    });
+    const reply = await handleEvent(spec, io, tickEvent(HUB));
+    expect(reply.statusCode, reply.body).toBe(204);
+    expect(lines.some((l) => l.msg === "forbidden: waiting for the permission to arrive")).toBe(true);
+    expect(lines.some((l) => l.msg.startsWith("RBAC defect"))).toBe(false);
+  });
+});
+
+describe("several keys", () => {
+  it("settles every key, then answers 503 when any key needs a retry, though another is a defect", async () => {
+    const user = `mixed-${suffix()}`;
+    const { io, lines } = await ioFor(user);
+    const reached: string[] = [];
+    const spec: FunctionSpec<null> = {
+      name: "mixed",
+      keys: () => ["defect", "busy", "fine"].map((name) => ({ cluster: HUB, namespace: "default", name })),
+      async reconcile(io, key) {
+        reached.push(key.name);
+        if (key.name === "busy") throw new KubeError(429, "TooManyRequests", "the server is busy");
+        if (key.name === "defect") await io.cluster(HUB).list(ConfigMapResource, { namespace: "default" });
+        return done;
+      },
+    };
+    const reply = await handleEvent(spec, io, tickEvent(HUB));
+    expect(reply.statusCode).toBe(503);
+    expect(new Set(reached)).toEqual(new Set(["defect", "busy", "fine"]));
+    expect(lines.filter((l) => l.level === "error" && l.msg.startsWith("RBAC defect")).map((l) => (l.key as Key).name)).toEqual(["defect"]);
+    expect(lines.filter((l) => l.msg === "reconcile failed").map((l) => (l.key as Key).name)).toEqual(["busy"]);
+  });
+
+  it("answers the defect's 500 when no key needs a retry (control)", async () => {
+    const user = `only-${suffix()}`;
+    const { io } = await ioFor(user);
+    const reply = await handleEvent(lister(["a", "b"].map((name) => ({ cluster: HUB, namespace: "default", name }))), io, tickEvent(HUB));
+    expect(reply.statusCode).toBe(500);
+  });
+});
