@@ -407,12 +407,11 @@ describe("delivery", () => {
       clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
       sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
       sinks: [{ name: "down", url: sink.url }],
-      delivery: { backoff: { initialMs: 20_000, maxMs: 20_000 } },
+      // a retry an hour away: a stop() that waited it out would outlive the test's own time limit
+      delivery: { backoff: { initialMs: 3_600_000, maxMs: 3_600_000 } },
     });
     await eventually(() => expect(r.status().sinks[0]!.retries).toBe(1));
-    const t0 = performance.now();
     await r.stop();
-    expect(performance.now() - t0).toBeLessThan(2_000);
     expect(r.status().sinks[0]).toMatchObject({ pending: 0, inFlight: 0 });
     expect(r.status().sources[0]!.state).toBe("stopped");
     expect(sink.received).toHaveLength(1);
