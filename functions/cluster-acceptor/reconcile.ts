@@ -1,8 +1,8 @@
 // Accepts and denies ManagedClusters on the hub (ocm-protocol §4.2): the cluster namespace, the RBAC that
 // lets an accepted cluster's agents in (and the narrower RBAC after a deny), the cluster lease,
 // HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
+import { createClusterLease } from "../../shared/cluster-lease.ts";
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
-import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
@@ -10,7 +10,7 @@ import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
 import { isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
-import { microTime, rfc3339 } from "../../shared/clock.ts";
+import { rfc3339 } from "../../shared/clock.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import {
   CertificateSigningRequestResource,
@@ -261,18 +261,9 @@ function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unk
   ];
 }
 
-// Also created by the lease monitor, and two invocations for one cluster may run at once: whoever
-// creates it first wins, and the others find it there.
+// Also created by the lease monitor (shared/cluster-lease.ts).
 async function createLeaseIfMissing(hub: KubeClient, cluster: string, now: Date): Promise<void> {
-  if (await hub.get(LeaseResource, ManagedClusterLeaseName, cluster)) return;
-  try {
-    await hub.create(LeaseResource, {
-      metadata: { name: ManagedClusterLeaseName, namespace: cluster, labels: { [ClusterLabel.ClusterName]: cluster } },
-      spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(now) },
-    });
-  } catch (err) {
-    if (!isAlreadyExists(err)) throw err;
-  }
+  if (!(await hub.get(LeaseResource, ManagedClusterLeaseName, cluster))) await createClusterLease(hub, cluster, now);
 }
 
 type PolicyRule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };

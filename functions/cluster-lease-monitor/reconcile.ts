@@ -1,20 +1,18 @@
 // Judges from a ManagedCluster's lease on the hub whether its agent is alive and its clock in step
 // with the hub (ocm-protocol §4.3): Available=Unknown once the lease is too old, and ClockSynced. It
 // creates a missing lease and schedules the next look for the moment the lease would expire.
+import { createClusterLease, type Lease } from "../../shared/cluster-lease.ts";
 import { z } from "zod";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
-import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
-import { isAlreadyExists } from "../../shared/kube/errors.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
 import { recordEvent } from "../../shared/kube/event-recorder.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, hasCondition, setCondition, type NewCondition } from "../../shared/conditions.ts";
-import { microTime } from "../../shared/clock.ts";
 import { LeaseResource } from "../../shared/api/kube.ts";
 import {
   ClusterAnnotation,
-  ClusterLabel,
   DefaultLeaseDurationSeconds,
   ManagedClusterConditionType,
   ManagedClusterLeaseName,
@@ -41,11 +39,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
   });
 }
 
-export type Lease = KubeObject & {
-  metadata: { creationTimestamp?: string; managedFields?: ManagedFieldsEntry[] };
-  spec?: { holderIdentity?: string; renewTime?: string; acquireTime?: string; leaseDurationSeconds?: number };
-};
-type ManagedFieldsEntry = { manager?: string; operation?: string; time?: string; fieldsV1?: { "f:spec"?: Record<string, unknown> } };
+export type { Lease };
 
 export const spec: FunctionSpec<Config> = {
   name: "cluster-lease-monitor",
@@ -78,7 +72,7 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       await writeConditions({ io, hub, now }, cluster, [availableUnknown]);
       return done;
     }
-    lease = await createLease(hub, key.name, now);
+    lease = await createClusterLease(hub, key.name, now);
     io.log.info({ cluster: key.name }, "lease was missing: created it");
   }
   const verdict = judgeLease({ lease, cluster, now, multiplier });
@@ -158,21 +152,6 @@ async function writeConditions(ctx: { io: Io<Config>; hub: KubeClient; now: Date
       component: spec.name,
       now,
     });
-  }
-}
-
-// Made by the hub, renewed by the agent (§1.8). Another writer (the acceptor) may have just made it.
-async function createLease(hub: KubeClient, cluster: string, now: Date): Promise<Lease> {
-  try {
-    return await hub.create<Lease>(LeaseResource, {
-      metadata: { name: ManagedClusterLeaseName, namespace: cluster, labels: { [ClusterLabel.ClusterName]: cluster } },
-      spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(now) },
-    });
-  } catch (err) {
-    if (!isAlreadyExists(err)) throw err;
-    const lease = await hub.get<Lease>(LeaseResource, ManagedClusterLeaseName, cluster);
-    if (!lease) throw err; // created and deleted again meanwhile: the retry sees which
-    return lease;
   }
 }
 
