@@ -66,10 +66,10 @@ Ctrl-C stops every process and removes ${rel(outDir)}/.
 let last = "";
 for (;;) {
   if (stopping) break;
-  const view = await Promise.all([clusterTable(fleet.hub), clusterDetails(fleet.hub), addonTable(fleet.hub)])
-    .then((parts) => parts.filter(Boolean).join("\n\n"))
-    .catch((err: Error) => `(hub not answering: ${err.message})`);
-  const shape = view.replace(/\s+\S+$/gm, ""); // the last column (AGE) changes every second
+  const parts = await Promise.all([clusterTable(fleet.hub), clusterDetails(fleet.hub), addonTable(fleet.hub)]).catch((err: Error) => [`(hub not answering: ${err.message})`]);
+  const view = parts.filter(Boolean).join("\n\n");
+  // The cluster table's last column (AGE) changes every second; every other column is compared.
+  const shape = [parts[0]!.replace(/\s+\S+$/gm, ""), ...parts.slice(1)].join("\n\n");
   if (shape !== last) {
     console.log(`${new Date().toISOString().slice(11, 19)}\n${view}\n`);
     last = shape;

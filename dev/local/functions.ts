@@ -11,6 +11,9 @@ type Handle = (context: unknown, event?: unknown) => Promise<unknown>;
 // sees SIGINT/SIGTERM (it exits the process right after), so the caller's cleanup gets to finish.
 export async function startFunctionServer(handle: Handle, shutdown?: () => Promise<void>): Promise<FunctionServer> {
   const port = await freePort();
+  // Each runtime server adds its own SIGINT, SIGTERM and uncaughtException handlers to the process;
+  // local mode runs a dozen servers in one process, so the limit grows with them (no leak: one each).
+  process.setMaxListeners(process.getMaxListeners() + 1);
   const server: Server = await faas.start({ handle, ...(shutdown ? { shutdown } : {}) } as never, { port, logLevel: "silent" } as never);
   // closeAllConnections: a relay that stopped mid-delivery leaves kept-alive connections that would
   // otherwise hold close() for the runtime's 72 s keep-alive.
