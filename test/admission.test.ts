@@ -12,7 +12,7 @@ import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource,
 import { ManifestWorkResource, WorkGroup } from "../shared/api/work.ts";
 import { RegisterGroup, RegisterResource, RegisterSubresource } from "../shared/api/register.ts";
 import { ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
-import { clusterRole, clusterRoleBinding } from "../functions/cluster-acceptor/reconcile.ts";
+import { clusterRole, clusterRoleBinding } from "../functions/cluster-acceptor/rbac.ts";
 import { eventually } from "./support/eventually.ts";
 
 const HUB = "hub";

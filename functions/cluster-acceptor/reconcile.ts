@@ -7,7 +7,7 @@ import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
-import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
 import { isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
@@ -33,11 +33,11 @@ import {
   type ManagedCluster,
 } from "../../shared/api/cluster.ts";
 import { ManifestWorkResource, WorkFinalizer, WorkGroup } from "../../shared/api/work.ts";
-import { AddonNameLabel, clusterGroup } from "../../shared/api/registration.ts";
-import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb, clusterBindingGroup } from "../../shared/api/register.ts";
+import { AddonNameLabel } from "../../shared/api/registration.ts";
+import { HubRbacName } from "../../shared/api/register.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { bootstrapApprovable, readRequest } from "../../shared/cluster-csr.ts";
-import { AddOnGroup } from "../../shared/api/addon.ts";
+import { clusterNamespace, clusterRole, clusterRoleBinding, registrationClusterRole, roleBinding, workClusterRole } from "./rbac.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
 export const ConfigSchema = HubSettingsSchema;
@@ -265,69 +265,3 @@ function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unk
 async function createLeaseIfMissing(hub: KubeClient, cluster: string, now: Date): Promise<void> {
   if (!(await hub.get(LeaseResource, ManagedClusterLeaseName, cluster))) await createClusterLease(hub, cluster, now);
 }
-
-type PolicyRule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
-type ClusterRole = KubeObject & { metadata: { labels?: Record<string, string> }; rules?: PolicyRule[] };
-type Subject = { kind: "Group"; apiGroup: string; name: string };
-
-const RbacGroup = "rbac.authorization.k8s.io";
-const clusterLabels = (cluster: string) => ({ [ClusterLabel.ClusterName]: cluster });
-const agentSubjects = (cluster: string): Subject[] => [clusterGroup(cluster), clusterBindingGroup(cluster)].map((name) => ({ kind: "Group", apiGroup: RbacGroup, name }));
-
-export const clusterNamespace = (cluster: string): KubeObject => ({ metadata: { name: cluster, labels: clusterLabels(cluster) } });
-
-// The per-cluster role: everything the agent does on its own cluster once accepted; after a deny only
-// reading its ManagedCluster, so it can see the verdict.
-export function clusterRole(cluster: string, accepted: boolean): ClusterRole {
-  const own = { apiGroups: [ManagedClusterResource.group], resources: [ManagedClusterResource.plural], resourceNames: [cluster] };
-  const rules: PolicyRule[] = accepted
-    ? [
-        { apiGroups: [CertificateSigningRequestResource.group], resources: [CertificateSigningRequestResource.plural], verbs: ["create", "get", "list", "watch"] },
-        { apiGroups: [RegisterGroup], resources: [`${RegisterResource.ManagedClusters}/${RegisterSubresource.ClientCertificates}`], verbs: [RegisterVerb.Renew] },
-        { ...own, verbs: ["get", "list", "update", "watch"] },
-        { ...own, resources: [`${ManagedClusterResource.plural}/status`], verbs: ["patch", "update"] },
-      ]
-    : [{ ...own, verbs: ["get", "list", "watch"] }];
-  return { metadata: { name: HubRbacName.cluster(cluster), labels: clusterLabels(cluster) }, rules };
-}
-
-export const clusterRoleBinding = (cluster: string): KubeObject => ({
-  metadata: { name: HubRbacName.cluster(cluster), labels: clusterLabels(cluster) },
-  roleRef: { apiGroup: RbacGroup, kind: ClusterRoleResource.kind, name: HubRbacName.cluster(cluster) },
-  subjects: agentSubjects(cluster),
-});
-
-export function roleBinding(cluster: string, agent: "registration" | "work"): KubeObject {
-  const registration = agent === "registration";
-  return {
-    metadata: {
-      name: registration ? HubRbacName.registrationRoleBinding(cluster) : HubRbacName.workRoleBinding(cluster),
-      namespace: cluster,
-      labels: clusterLabels(cluster),
-      ...(registration ? {} : { finalizers: [WorkFinalizer.ManifestWorkCleanup] }),
-    },
-    roleRef: { apiGroup: RbacGroup, kind: ClusterRoleResource.kind, name: registration ? HubRbacName.RegistrationClusterRole : HubRbacName.WorkClusterRole },
-    subjects: agentSubjects(cluster),
-  };
-}
-
-// Shared by every cluster; labelled with an empty cluster name as OCM labels them.
-export const registrationClusterRole: ClusterRole = {
-  metadata: { name: HubRbacName.RegistrationClusterRole, labels: { [ClusterLabel.ClusterName]: "" } },
-  rules: [
-    // not restricted to managed-cluster-lease: OCM keeps it open for old Kubernetes versions
-    { apiGroups: [LeaseResource.group], resources: [LeaseResource.plural], verbs: ["get", "list", "watch", "update"] },
-    { apiGroups: [AddOnGroup], resources: ["managedclusteraddons"], verbs: ["get", "list", "watch"] },
-    { apiGroups: [AddOnGroup], resources: ["managedclusteraddons/status"], verbs: ["patch", "update"] },
-    { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
-  ],
-};
-
-export const workClusterRole: ClusterRole = {
-  metadata: { name: HubRbacName.WorkClusterRole, labels: { [ClusterLabel.ClusterName]: "" } },
-  rules: [
-    { apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "patch", "update"] },
-    { apiGroups: [WorkGroup], resources: [ManifestWorkResource.plural], verbs: ["get", "list", "watch", "update", "patch"] },
-    { apiGroups: [WorkGroup], resources: [`${ManifestWorkResource.plural}/status`], verbs: ["patch", "update"] },
-  ],
-};

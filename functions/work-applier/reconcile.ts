@@ -13,15 +13,13 @@ import {
   WorkConditionType,
   WorkFinalizer,
   WorkGroup,
-  type AppliedManifestWork,
   type ManifestConfigOption,
-  type ManifestWork,
 } from "../../shared/api/work.ts";
-import { addFinalizer, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
+import { addFinalizer, patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, isTrue, setCondition } from "../../shared/conditions.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
-import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import type { KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { refusal, DEFAULT_MANIFEST_LIMIT_BYTES } from "./admission.ts";
@@ -32,7 +30,9 @@ import { readFeedback } from "./feedback.ts";
 import { findManifestConfig, type ResourceMeta } from "./manifest-config.ts";
 import { applyOrder, applyRank, UNLISTED_RANK } from "./order.ts";
 import { appliedWorkOwner, isOwnedByTheWork, removalOf } from "./ownership.ts";
-import { appliedRecord, ocmResourceMeta, deletingCondition, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
+import type { Applied, Ctx, Work } from "./context.ts";
+import { PENDING_DELETION_RECHECK_MS, finalizeApplied, finalizeWork, logDisposals, normalized, throwFirst } from "./finalize.ts";
+import { appliedRecord, ocmResourceMeta, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentID: z.string().min(1).optional(), // OCM's --agent-id; default the hub hash, as OCM's
@@ -61,13 +61,9 @@ export const hubHashOf = (server: string) => createHash("sha256").update(server)
 export const appliedWorkName = (hubHash: string, work: string) => `${hubHash}-${work}`;
 const APPLIED_NAME = /^[0-9a-f]{64}-(.+)$/;
 
-const PENDING_DELETION_RECHECK_MS = 1_000;
 const MIN_ERROR_RECHECK_MS = 1_000;
 const MAX_ERROR_RECHECK_MS = 300_000;
 
-type Work = ManifestWork & KubeObject;
-type Applied = AppliedManifestWork & KubeObject;
-type Ctx = { io: Io<Config>; hub: KubeClient; spoke: KubeClient; now: Date; hubHash: string };
 
 export const spec: FunctionSpec<Config> = {
   name: "work-applier",
@@ -139,53 +135,6 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       return done;
     },
   );
-}
-
-// §7.4: Deleting=True, delete the AppliedManifestWork, and once its finalizer has dealt with every
-// resource it recorded, let the work go.
-async function finalizeWork(ctx: Ctx, { name, work, applied }: { name: string; work?: Work; applied?: Applied }): Promise<Outcome> {
-  const { io, hub, spoke } = ctx;
-  if (!work) {
-    // An AppliedManifestWork whose work is gone is evicted by OCM after a grace period (not done here);
-    // one already being deleted is finished.
-    if (!applied?.metadata.deletionTimestamp) return done;
-    return (await finalizeApplied(ctx, applied)) ? { recheckInMs: PENDING_DELETION_RECHECK_MS } : done;
-  }
-  if (!work.metadata.finalizers?.includes(WorkFinalizer.ManifestWorkCleanup)) return done;
-  let current: Work = work;
-  let left = applied;
-  if (left) {
-    const status = { ...work.status, conditions: setCondition(work.status?.conditions, { ...deletingCondition, observedGeneration: work.metadata.generation }, ctx.now) };
-    current = (await patchStatusIfChanged(hub, ManifestWorkResource, work, normalized(status))) ?? work;
-    if (!left.metadata.deletionTimestamp) {
-      await spoke.delete(AppliedManifestWorkResource, left.metadata.name!);
-      io.log.info({ work: name, applied: left.metadata.name }, "work deleted: deleting its AppliedManifestWork");
-      left = await spoke.get<Applied>(AppliedManifestWorkResource, left.metadata.name!);
-    }
-    if (left) left = await finalizeApplied(ctx, left);
-    if (left) return { recheckInMs: PENDING_DELETION_RECHECK_MS };
-  }
-  await removeFinalizer(hub, ManifestWorkResource, current, WorkFinalizer.ManifestWorkCleanup);
-  io.log.info({ work: name }, "work finalizer removed: everything it applied is cleaned up");
-  return done;
-}
-
-// The AppliedManifestWork finalizer: returns the object while it still exists (resources terminating,
-// or someone else's finalizer), undefined once it is gone.
-async function finalizeApplied(ctx: Ctx, applied: Applied): Promise<Applied | undefined> {
-  const { io, spoke } = ctx;
-  if (!applied.metadata.finalizers?.includes(WorkFinalizer.AppliedManifestWorkCleanup)) return applied;
-  const records = applied.status?.appliedResources ?? [];
-  const { pending, errors, done: dealt } = await deleteAppliedResources(spoke, records, appliedWorkOwner(applied));
-  logDisposals(io, applied.metadata.name!, dealt);
-  const current = (await patchStatusIfChanged(spoke, AppliedManifestWorkResource, applied, normalized({ ...applied.status, appliedResources: pending }))) ?? applied;
-  throwFirst(io, applied.metadata.name!, errors);
-  if (pending.length > 0) {
-    io.log.info({ applied: applied.metadata.name, pending: pending.length }, "waiting for applied resources to terminate");
-    return current;
-  }
-  await removeFinalizer(spoke, AppliedManifestWorkResource, current, WorkFinalizer.AppliedManifestWorkCleanup);
-  return spoke.get<Applied>(AppliedManifestWorkResource, applied.metadata.name!);
 }
 
 async function applyWork(ctx: Ctx, original: Work, existingApplied: Applied | undefined): Promise<Outcome> {
@@ -407,20 +356,4 @@ function nextCheck(ctx: Ctx, { results, observed, conditions, pendingDeletion }:
   const watching = results.some((r) => (r.option?.feedbackRules?.length ?? 0) > 0) || observed.some((o) => o.outcome.read.state !== "found");
   if (watching) waits.push(c.statusSyncIntervalMs);
   return waits.length > 0 ? { recheckInMs: Math.min(...waits) } : done;
-}
-
-function logDisposals(io: Io<Config>, applied: string, dealt: readonly { record: AppliedResource; disposal: string }[]): void {
-  for (const d of dealt) if (d.disposal !== "gone") io.log.info({ applied, resource: d.record, disposal: d.disposal }, "applied resource no longer kept by this work");
-}
-
-// After the status that records what is left has been written: every failure is logged, the first one
-// is thrown as it came (so the harness answers 503 to what a retry can fix).
-function throwFirst(io: Io<Config>, applied: string, errors: readonly unknown[]): void {
-  for (const err of errors) io.log.warn({ applied, error: err instanceof Error ? err.message : String(err) }, "cleanup failed: will retry");
-  if (errors.length > 0) throw errors[0];
-}
-
-// JSON as the API server returns it (no undefined members), so comparisons with what was read hold.
-function normalized<T>(v: T): T {
-  return JSON.parse(JSON.stringify(v)) as T;
 }

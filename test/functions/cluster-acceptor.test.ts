@@ -25,7 +25,8 @@ import { findCondition } from "../../shared/conditions.ts";
 import { microTime } from "../../shared/clock.ts";
 import { createCertificateRequest, generateKeyPair } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io, type Reply } from "../../shared/harness.ts";
-import { clusterRole, spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
+import { spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
+import { clusterRole } from "../../functions/cluster-acceptor/rbac.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 
