@@ -1,6 +1,6 @@
-// Which kubeconfig names the hub, chosen as kubectl chooses: --kubeconfig, else KUBECONFIG (a list
-// joined by ":"; files that do not exist are skipped, the first that does is used), else the hub of a
-// running `npm start` (.local/hub.kubeconfig in this checkout).
+// Which kubeconfig names the hub (or the spoke a command acts on), chosen as kubectl chooses:
+// --kubeconfig, else KUBECONFIG (a list joined by ":"; files that do not exist are skipped, the first
+// that does is used), else the hub of a running `npm start` (.local/hub.kubeconfig in this checkout).
 import { existsSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
 
@@ -13,7 +13,7 @@ export function localDir(from: string = import.meta.dirname): string | undefined
   }
 }
 
-export function hubKubeconfig(o: { flag?: string; env: NodeJS.ProcessEnv; local?: string }): string {
+export function hubKubeconfig(o: { flag?: string; env: NodeJS.ProcessEnv; local?: string; role?: "hub" | "spoke" }): string {
   if (o.flag) return o.flag;
   if (o.env.KUBECONFIG) {
     const files = o.env.KUBECONFIG.split(delimiter).filter(Boolean);
@@ -23,5 +23,6 @@ export function hubKubeconfig(o: { flag?: string; env: NodeJS.ProcessEnv; local?
   }
   const local = o.local && join(o.local, "hub.kubeconfig");
   if (local && existsSync(local)) return local;
+  if (o.role === "spoke") throw new Error("no spoke kubeconfig: pass --kubeconfig or set KUBECONFIG");
   throw new Error("no hub kubeconfig: pass --kubeconfig, set KUBECONFIG, or start the local hub with npm start");
 }

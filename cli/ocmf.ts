@@ -1,6 +1,7 @@
 // `ocmf`: the project's command line, in the manner of clusteradm. The commands are in commands.ts;
-// `ocmf <command> --help` describes each. The hub is the one --kubeconfig names, else KUBECONFIG's,
-// else the local hub of `npm start` (hub-kubeconfig.ts). A failure is one line on stderr and exit code 1.
+// `ocmf <command> --help` describes each. The cluster is the one --kubeconfig names, else KUBECONFIG's,
+// else (for the hub) the local hub of `npm start` (hub-kubeconfig.ts): the hub for every command but
+// join and uninstall spoke, which act on the spoke. A failure is one line on stderr and exit code 1.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Command } from "commander";
@@ -11,25 +12,27 @@ import { hubKubeconfig, localDir } from "./hub-kubeconfig.ts";
 const local = localDir();
 const program = new Command("ocmf")
   .description("Open Cluster Management on functions: accept clusters, enable add-ons, show the hub")
-  .option("--kubeconfig <file>", "the hub's kubeconfig (default: the first file of KUBECONFIG, else .local/hub.kubeconfig of npm start)")
+  .option("--kubeconfig <file>", "the hub's kubeconfig, or the spoke's for join and uninstall spoke (default: the first file of KUBECONFIG, else .local/hub.kubeconfig of npm start for the hub)")
   .configureHelp({ showGlobalOptions: true })
   .showSuggestionAfterError(false); // the suggestion would be a second line
 
-let hub: { client: KubeClient; file: string } | undefined;
+let opened: { client: KubeClient; file: string; role: "hub" | "spoke" } | undefined;
 const cli: Cli = {
-  async hub() {
-    if (!hub) {
-      const file = hubKubeconfig({ flag: program.opts<{ kubeconfig?: string }>().kubeconfig, env: process.env, local });
+  hub: () => cli.cluster("hub"),
+  async cluster(role) {
+    if (!opened) {
+      // a spoke is never the local hub of npm start
+      const file = hubKubeconfig({ flag: program.opts<{ kubeconfig?: string }>().kubeconfig, env: process.env, local: role === "hub" ? local : undefined, role });
       let text: string;
       try {
         text = readFileSync(file, "utf8");
       } catch (err) {
-        throw new Error(`cannot read the hub kubeconfig: ${(err as Error).message}`);
+        throw new Error(`cannot read the ${role} kubeconfig: ${(err as Error).message}`);
       }
       const { KubeClient } = await import("../shared/kube/client.ts");
-      hub = { client: KubeClient.fromKubeconfig(text), file };
+      opened = { client: KubeClient.fromKubeconfig(text), file, role };
     }
-    return hub.client;
+    return opened.client;
   },
   localFile(name) {
     if (!local) throw new Error("no local fleet: this ocmf is not inside a checkout where npm start runs");
@@ -44,11 +47,11 @@ try {
   await program.parseAsync();
 } catch (err) {
   const message = err instanceof Error ? err.message : String(err);
-  // KubeError with code 0: no answer at all, so say which hub was asked.
-  const unreachable = hub && err instanceof Error && err.name === "KubeError" && (err as { code?: number }).code === 0;
-  const line = unreachable ? `cannot reach the hub at ${hub!.client.server} (kubeconfig ${hub!.file}): ${message}` : message;
+  // KubeError with code 0: no answer at all, so say which cluster was asked.
+  const unreachable = opened && err instanceof Error && err.name === "KubeError" && (err as { code?: number }).code === 0;
+  const line = unreachable ? `cannot reach the ${opened!.role} at ${opened!.client.server} (kubeconfig ${opened!.file}): ${message}` : message;
   process.stderr.write(`error: ${line.replace(/\s+/g, " ").trim()}\n`);
   process.exitCode = 1;
 } finally {
-  hub?.client.close();
+  opened?.client.close();
 }

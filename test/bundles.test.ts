@@ -184,7 +184,9 @@ describe("what the bundles hold", () => {
 
   it("holds only what its entry imports: no other function's or component's code", () => {
     const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : b.name === "relay" || b.name === "heartbeat" ? `components/${b.name}/` : `functions/${b.name}/`);
-    const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b))).map((i) => `${b.name} ← ${i}`));
+    // The CLI renders the spoke relay's configuration and checks it with the relay's own schema.
+    const shared: Record<string, string[]> = { ocmf: ["components/relay/config.ts"] };
+    const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b)) && !shared[b.name]?.includes(i)).map((i) => `${b.name} ← ${i}`));
     expect(strays).toEqual([]);
     expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "heartbeat", "ocmf", "relay"].sort());
   });

@@ -48,7 +48,7 @@ afterAll(async () => {
 
 describe("help", () => {
   const commands = [
-    { command: [], flags: ["--kubeconfig", "accept", "get", "addon", "sidecar"] },
+    { command: [], flags: ["--kubeconfig", "accept", "get", "addon", "sidecar", "render", "install", "join", "uninstall"] },
     { command: ["accept"], flags: ["--clusters", "--requesters", "--kubeconfig"] },
     { command: ["get"], flags: ["clusters", "addons"] },
     { command: ["get", "clusters"], flags: ["--kubeconfig"] },
@@ -56,6 +56,12 @@ describe("help", () => {
     { command: ["addon", "enable"], flags: ["--names", "--clusters", "--namespace", "--kubeconfig"] },
     { command: ["sidecar", "stop"], flags: ["--cluster"] },
     { command: ["sidecar", "start"], flags: ["--cluster"] },
+    { command: ["render", "hub"], flags: ["--registry", "--tag", "--namespace", "--env"] },
+    { command: ["render", "spoke"], flags: ["--cluster-name", "--bootstrap-kubeconfig", "--spoke-external-server-urls"] },
+    { command: ["install", "hub"], flags: ["--wait <level>", "--wait-timeout", "--token-ttl", "--output-bootstrap-kubeconfig", "--kubeconfig"] },
+    { command: ["join"], flags: ["--hub-kubeconfig", "--hub-token", "--hub-apiserver", "--hub-ca-data", "--hub-ca-file", "--cluster-name", "--wait <level>", "--kubeconfig"] },
+    { command: ["uninstall", "hub"], flags: ["--purge-clusters", "--wait-timeout", "--kubeconfig"] },
+    { command: ["uninstall", "spoke"], flags: ["--wait-timeout", "--kubeconfig"] },
   ];
   it.each(commands)("ocmf $command --help exits 0 and names $flags", async ({ command, flags }) => {
     const r = await run([...command, "--help"]);
@@ -72,6 +78,11 @@ describe("failures are one line on stderr with exit code 1", () => {
     { name: "a required flag left out", args: () => ["accept", "--kubeconfig", hubKubeconfig], says: "error: required option '--clusters <names>' not specified" },
     { name: "an empty list", args: () => ["addon", "enable", "--names", ",", "--clusters", "c1"], says: "error: option '--names <addons>' argument ',' is invalid" },
     { name: "an unknown command", args: () => ["bogus"], says: "error: unknown command 'bogus'" },
+    { name: "a join without the hub", args: () => ["join", "--cluster-name", "c1", "--kubeconfig", hubKubeconfig], says: "error: give the hub: --hub-kubeconfig FILE, or --hub-token" },
+    { name: "a join whose token is not a bootstrap token", args: () => ["join", "--cluster-name", "c1", "--hub-token", "abc"], says: "error: --hub-token is not a bootstrap token" },
+    { name: "a spoke with no kubeconfig", args: () => ["uninstall", "spoke"], says: "error: no spoke kubeconfig: pass --kubeconfig or set KUBECONFIG" },
+    { name: "a wait level that does not exist", args: () => ["install", "hub", "--wait", "forever"], says: "error: option '--wait <level>' argument 'forever' is invalid" },
+    { name: "a wait timeout that is not a duration", args: () => ["install", "hub", "--wait-timeout", "5"], says: "error: option '--wait-timeout <duration>' argument '5' is invalid" },
   ];
   it.each(failures)("$name", async ({ args, env, says }) => {
     const r = await run(args(), env?.());

@@ -9,11 +9,12 @@
 // own, local to this machine (`ip route get` must say local), removed when the file ends.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { freePort, startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { logTail, startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
+import { knativeModuleDirs, yamlIn } from "../dev/control-plane/knative.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
@@ -44,13 +45,6 @@ const webhooks: Omit<Webhook, "binary">[] = [
   },
 ];
 
-function yamlIn(moduleDir: string, dir: string): string[] {
-  return readdirSync(join(moduleDir, dir))
-    .filter((f) => f.endsWith(".yaml"))
-    .sort()
-    .map((f) => `${dir}/${f}`);
-}
-
 // scripts/run.sh builds both before the tests and names them; run on its own, this file asks the build
 // script (which builds them once, then answers at once).
 function webhookBinaries(): Record<Webhook["name"], string> {
@@ -62,21 +56,6 @@ function webhookBinaries(): Record<Webhook["name"], string> {
   }
   for (const b of [serving!, eventing!]) if (!existsSync(b)) throw new Error(`${b} is missing after scripts/build-tools.sh knative-webhooks`);
   return { serving: serving!, eventing: eventing! };
-}
-
-// The Knative modules' source in the Go module cache, at the versions tools/knative-webhooks pins.
-function moduleDirs(): Record<Webhook["name"], string> {
-  const cwd = join(repoRoot, "tools", "knative-webhooks");
-  const env = { ...process.env, GOTOOLCHAIN: "local", GOFLAGS: "-mod=mod" };
-  const modules = ["knative.dev/serving", "knative.dev/eventing"];
-  execFileSync("go", ["mod", "download", ...modules], { cwd, env, stdio: ["ignore", "ignore", "inherit"] });
-  const lines = execFileSync("go", ["list", "-m", "-f", "{{.Path}} {{.Dir}}", ...modules], { cwd, env }).toString().trim().split("\n");
-  const dir = (m: string) => {
-    const d = lines.find((l) => l.startsWith(`${m} `))?.slice(m.length + 1);
-    if (!d || !existsSync(d)) throw new Error(`${m} is not in the Go module cache (go list said: ${lines.join("; ")})`);
-    return d;
-  };
-  return { serving: dir(modules[0]!), eventing: dir(modules[1]!) };
 }
 
 const ip = (...args: string[]) => execFileSync("ip", args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
@@ -248,7 +227,7 @@ async function untilInForce(side: Side, w: Webhook, webhook: Managed): Promise<v
 
 beforeAll(async () => {
   const binaries = webhookBinaries();
-  const modules = moduleDirs();
+  const modules = knativeModuleDirs(); // the modules' source, at the versions tools/knative-webhooks pins
   process.env.NO_PROXY = [process.env.NO_PROXY, ADDRESS, ".svc"].filter(Boolean).join(","); // never through a proxy
   await takeBridge();
   local = await startClusters({ names: ["hub", "spoke"], controllers: false, crds: false, apiserverFlags: ["--enable-aggregator-routing=true"] });

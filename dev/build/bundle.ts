@@ -11,7 +11,8 @@
 // CommonJS. The CommonJS packages inside (faas-js-runtime, fastify, commander) call `require` for
 // Node's built-ins, so the banner makes one with createRequire. External are only the
 // optional packages that ws and debug try to load inside try/catch and do without when missing.
-import { mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+// The CLI carries the files its render reads (renderSources below), so `ocmf render` works anywhere.
+import { mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { build, type Metafile, type Plugin } from "esbuild";
@@ -67,6 +68,69 @@ function functionEntries(root: string): Plugin {
   };
 }
 
+// cli/render reads func.yaml and manifests/ from the checkout (import.meta.dirname/../../...); the CLI
+// bundle runs anywhere, so it holds those files, and cli/render's modules see a file system that serves
+// them from memory under EMBEDDED_ROOT and a dirname inside that tree. Only what the render reads is
+// held: every func.yaml and manifests/**/*.yaml but the render's own committed output.
+const EMBEDDED_ROOT = "/ocmf-embedded";
+const RENDER_MODULE = /[\\/]cli[\\/]render[\\/][^\\/]+\.ts$/;
+
+export function renderSourceFiles(root = repoRoot): string[] {
+  const under = (dir: string): string[] =>
+    readdirSync(join(root, dir), { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? under(`${dir}/${d.name}`) : [`${dir}/${d.name}`]));
+  return [
+    ...functionNames(root).map((name) => `functions/${name}/func.yaml`),
+    ...under("manifests").filter((f) => f.endsWith(".yaml") && !/^manifests\/(hub|spoke)\/knative\.yaml$/.test(f)),
+  ].sort();
+}
+
+// The node:fs of cli/render inside the bundle: readFileSync, existsSync and readdirSync over the held files.
+function embeddedFs(root: string): string {
+  const files = Object.fromEntries(renderSourceFiles(root).map((f) => [`${EMBEDDED_ROOT}/${f}`, readFileSync(join(root, f), "utf8")]));
+  return `
+import { posix } from "node:path";
+const files = new Map(Object.entries(${JSON.stringify(files)}));
+const norm = (p) => posix.normalize(String(p)).replace(/\\/+$/, "");
+const missing = (p) => Object.assign(new Error("ENOENT: not in the files this bundle holds: " + p), { code: "ENOENT" });
+export function readFileSync(p, o) {
+  const text = files.get(norm(p));
+  if (text === undefined) throw missing(p);
+  return typeof o === "string" || o?.encoding ? text : Buffer.from(text);
+}
+export function existsSync(p) {
+  const n = norm(p);
+  return files.has(n) || [...files.keys()].some((k) => k.startsWith(n + "/"));
+}
+export function readdirSync(p, o) {
+  const dir = norm(p) + "/";
+  const entries = new Map();
+  for (const k of files.keys()) {
+    if (!k.startsWith(dir)) continue;
+    const [name, ...rest] = k.slice(dir.length).split("/");
+    entries.set(name, entries.get(name) || rest.length > 0);
+  }
+  if (!entries.size) throw missing(p);
+  const names = [...entries.keys()].sort();
+  if (!o?.withFileTypes) return names;
+  return names.map((name) => ({ name, parentPath: norm(p), isDirectory: () => entries.get(name), isFile: () => !entries.get(name) }));
+}
+`;
+}
+
+function renderSources(root: string): Plugin {
+  return {
+    name: "render-sources",
+    setup(b) {
+      b.onResolve({ filter: /^(node:)?fs$/ }, (args) => (RENDER_MODULE.test(args.importer) ? { path: "fs", namespace: "render-sources" } : undefined));
+      b.onLoad({ filter: RENDER_MODULE }, (args) => ({
+        contents: readFileSync(args.path, "utf8").replaceAll("import.meta.dirname", JSON.stringify(`${EMBEDDED_ROOT}/cli/render`)),
+        loader: "ts",
+      }));
+      b.onLoad({ filter: /.*/, namespace: "render-sources" }, () => ({ contents: embeddedFs(root), loader: "js", resolveDir: root }));
+    },
+  };
+}
+
 type Entry = { in: string; out: string };
 
 export async function bundle(o: { outdir: string }): Promise<{ bundles: BundleResult[]; ms: number }> {
@@ -102,7 +166,7 @@ export async function bundle(o: { outdir: string }): Promise<{ bundles: BundleRe
     build({ ...common, entryPoints: programs, plugins: [functionEntries(root)] }),
     // The CLI imports each command's module when it runs: split into chunks, `ocmf --help` reads only
     // the parser, not the Kubernetes client.
-    build({ ...common, entryPoints: [cli], splitting: true, chunkNames: "cli/chunks/[name]-[hash]" }),
+    build({ ...common, entryPoints: [cli], splitting: true, chunkNames: "cli/chunks/[name]-[hash]", plugins: [renderSources(root)] }),
   ]);
   const ms = performance.now() - started;
   return { bundles: [...programs.map((e) => describe(single.metafile, root, e)), describe(split.metafile, root, cli)], ms };
@@ -119,7 +183,7 @@ function describe(meta: Metafile, root: string, entry: Entry): BundleResult {
     file: join(root, file),
     files: files.length,
     bytes: outputs.reduce((n, out) => n + out.bytes, 0),
-    inputs: [...new Set(outputs.flatMap((out) => Object.keys(out.inputs)))].filter((i) => !i.startsWith("function-entry:")),
+    inputs: [...new Set(outputs.flatMap((out) => Object.keys(out.inputs)))].filter((i) => !i.startsWith("function-entry:") && !i.startsWith("render-sources:")),
     imports: [...new Set(outputs.flatMap((out) => out.imports.filter((i) => i.external).map((i) => i.path)))],
   };
 }

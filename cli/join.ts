@@ -1,0 +1,102 @@
+// `ocmf join`, what `clusteradm join` does for this project: check the bootstrap credentials on the hub,
+// render the spoke with them as the bootstrap-hub-kubeconfig Secret, apply it, wait as --wait says, and
+// say what the hub admin does next.
+import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { KubeClient, resourcePath } from "../shared/kube/client.ts";
+import { KubeError } from "../shared/kube/errors.ts";
+import { readFileSync } from "node:fs";
+import { applyAll } from "./apply.ts";
+import { bootstrapKubeconfig } from "./bootstrap-token.ts";
+import { readBootstrapKubeconfig } from "./kubeconfig-file.ts";
+import { refuseMissingKinds, type Waiting } from "./install.ts";
+import { waitUntilReady } from "./readiness.ts";
+import { renderSpoke, type SpokeOptions } from "./render/index.ts";
+
+export type HubConnectionFlags = { hubKubeconfig?: string; hubToken?: string; hubApiserver?: string; hubCaData?: string; hubCaFile?: string };
+
+// The bootstrap kubeconfig from either form: a file (--hub-kubeconfig), or a token with the hub's URL
+// and CA (--hub-token, as `ocmf install hub` prints it).
+export function bootstrapKubeconfigFrom(f: HubConnectionFlags): string {
+  if (f.hubKubeconfig) {
+    if (f.hubToken || f.hubApiserver || f.hubCaData || f.hubCaFile) throw new Error("give --hub-kubeconfig, or --hub-token with --hub-apiserver and the hub's CA, not both");
+    return readBootstrapKubeconfig(f.hubKubeconfig);
+  }
+  if (!f.hubToken) throw new Error("give the hub: --hub-kubeconfig FILE, or --hub-token with --hub-apiserver and --hub-ca-data or --hub-ca-file (ocmf install hub prints them)");
+  if (!/^[a-z0-9]{6}\.[a-z0-9]{16}$/.test(f.hubToken)) throw new Error("--hub-token is not a bootstrap token (<6 of a-z0-9>.<16 of a-z0-9>)");
+  if (!f.hubApiserver) throw new Error("--hub-token needs --hub-apiserver, the hub's URL");
+  let server: URL;
+  try {
+    server = new URL(f.hubApiserver);
+  } catch {
+    throw new Error(`--hub-apiserver is not a URL: ${f.hubApiserver}`);
+  }
+  if (server.protocol !== "https:") throw new Error(`--hub-apiserver must be an https URL: ${f.hubApiserver}`);
+  if (f.hubCaData && f.hubCaFile) throw new Error("give --hub-ca-data or --hub-ca-file, not both");
+  let caPem: string;
+  if (f.hubCaData) caPem = Buffer.from(f.hubCaData, "base64").toString();
+  else if (f.hubCaFile) {
+    try {
+      caPem = readFileSync(f.hubCaFile, "utf8");
+    } catch (err) {
+      throw new Error(`cannot read the hub CA: ${(err as Error).message}`);
+    }
+  } else throw new Error("--hub-token needs the hub's CA: --hub-ca-data (as ocmf install hub prints it) or --hub-ca-file");
+  if (!caPem.includes("-----BEGIN CERTIFICATE-----")) throw new Error("the hub CA is not a PEM certificate");
+  return bootstrapKubeconfig({ server: f.hubApiserver.replace(/\/$/, ""), caPem }, f.hubToken);
+}
+
+export type JoinOptions = { bootstrapKubeconfig: string; render: SpokeOptions & { clusterName: string }; wait: Waiting };
+
+// The bootstrap identity may list ManagedClusters (manifests/hub/bootstrap-rbac.yaml): a list proves
+// the hub is reachable, trusts the credentials, and has OCM installed.
+async function checkHub(bootstrap: KubeClient): Promise<void> {
+  try {
+    await bootstrap.request("GET", `${resourcePath(ManagedClusterResource)}?limit=1`);
+  } catch (err) {
+    if (!(err instanceof KubeError)) throw err;
+    const at = `the hub at ${bootstrap.server}`;
+    if (err.code === 0) throw new Error(`cannot reach ${at} with the bootstrap kubeconfig: ${err.message}`);
+    if (err.code === 401) throw new Error(`${at} refused the bootstrap credentials (401): the token is wrong, expired or deleted`);
+    if (err.code === 403) throw new Error(`${at} does not let the bootstrap identity list ManagedClusters (403): it needs the group system:bootstrappers:managedcluster, bound by ocmf install hub`);
+    if (err.code === 404) throw new Error(`${at} does not serve ManagedClusters (404): run ocmf install hub there first`);
+    throw new Error(`checking the bootstrap credentials on ${at}: ${err.message}`);
+  }
+}
+
+export async function joinSpoke(spoke: KubeClient, o: JoinOptions, print: (line: string) => void): Promise<void> {
+  const cluster = o.render.clusterName;
+  const bootstrap = KubeClient.fromKubeconfig(o.bootstrapKubeconfig);
+  try {
+    await checkHub(bootstrap);
+    const objects = renderSpoke({ ...o.render, bootstrapKubeconfig: o.bootstrapKubeconfig });
+    await refuseMissingKinds(spoke, objects, "spoke");
+    print(`joining ${spoke.server} to the hub at ${bootstrap.server} as cluster ${cluster}: ${objects.length} objects, --wait ${o.wait.level}`);
+    const deadline = Date.now() + o.wait.timeoutMs;
+    await applyAll(spoke, objects, { waitForCrds: o.wait.level !== "none", deadline, print });
+    let accepted: boolean | undefined;
+    if (o.wait.level === "all") {
+      await waitUntilReady(spoke, objects, { deadline, timeoutText: o.wait.timeoutText, print });
+      // The agent runs: its first act is to register the cluster on the hub, as the bootstrap identity sees.
+      print(`waiting (--wait all): cluster ${cluster} registered on the hub`);
+      for (let delay = 500; ; delay = Math.min(delay * 1.5, 3_000)) {
+        const mc = await bootstrap.get<ManagedCluster & { metadata: { name: string } }>(ManagedClusterResource, cluster);
+        if (mc) {
+          accepted = mc.spec?.hubAcceptsClient === true;
+          break;
+        }
+        if (Date.now() > deadline) throw new Error(`not ready after ${o.wait.timeoutText}: the agent has not registered cluster ${cluster} on the hub`);
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    }
+    print("");
+    if (accepted) {
+      print(`Cluster ${cluster} is registered and the hub accepted it.`);
+    } else {
+      print(`The agent is installed${accepted === false ? ` and cluster ${cluster} is registered` : ""}. On the hub, accept the cluster (unless the hub auto-approves this bootstrap identity):`);
+      print("");
+      print(`    ocmf accept --clusters ${cluster}`);
+    }
+  } finally {
+    bootstrap.close();
+  }
+}

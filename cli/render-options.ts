@@ -1,0 +1,53 @@
+// The render's options as flags, shared by the commands that render: `render hub` and `install hub`
+// take the hub's, `render spoke` and `join` the spoke's. Only the flags live here; the render is cli/render.
+import { InvalidArgumentError, type Command } from "commander";
+
+export type CommonFlags = { registry?: string; tag?: string; brokerClass?: string; env?: Record<string, string> };
+export type HubFlags = CommonFlags & { namespace?: string; resyncSchedule?: string };
+export type SpokeFlags = CommonFlags & { clusterName: string; spokeExternalServerUrls?: string[] };
+
+// NAME=VALUE, repeatable: values for func.yaml's run.envs (e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS).
+function envEntry(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const eq = value.indexOf("=");
+  if (eq <= 0) throw new InvalidArgumentError("give NAME=VALUE");
+  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+const urls = (value: string) => value.split(",").map((u) => u.trim()).filter(Boolean);
+
+function commonFlags(c: Command): Command {
+  return c
+    .option("--registry <registry>", "the images are <registry>/ocm-functions/<name>:<tag> (default dev.local)")
+    .option("--tag <tag>", "the images' tag (default latest)")
+    .option("--broker-class <class>", "the Brokers' eventing.knative.dev/broker.class (default MTChannelBasedBroker)")
+    .option("--env <NAME=VALUE>", "a value for the functions' func.yaml run.envs, e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS=system:bootstrap:abc123; repeatable", envEntry);
+}
+
+export function hubFlags(c: Command): Command {
+  return commonFlags(c)
+    .option("--namespace <namespace>", "the hub functions' namespace (default open-cluster-management-hub)")
+    .option("--resync-schedule <cron>", "the resync PingSource's schedule (default every minute)");
+}
+
+export function spokeFlags(c: Command, o: { clusterNameRequired: boolean }): Command {
+  const described = "the ManagedCluster's name (OCM's --spoke-cluster-name)";
+  const named = o.clusterNameRequired ? c.requiredOption("--cluster-name <name>", described) : c.option("--cluster-name <name>", described, "cluster1");
+  return commonFlags(named)
+    .option("--spoke-external-server-urls <urls>", "the spoke API server's URLs the hub is told, comma-separated", urls);
+}
+
+const common = (f: CommonFlags) => ({
+  ...(f.registry ? { registry: f.registry } : {}),
+  ...(f.tag ? { tag: f.tag } : {}),
+  ...(f.brokerClass ? { brokerClass: f.brokerClass } : {}),
+  ...(f.env ? { env: f.env } : {}),
+});
+
+export const hubOptions = (f: HubFlags) => ({ ...common(f), ...(f.namespace ? { namespace: f.namespace } : {}), ...(f.resyncSchedule ? { resyncSchedule: f.resyncSchedule } : {}) });
+
+export const spokeOptions = (f: SpokeFlags, bootstrapKubeconfig?: string) => ({
+  ...common(f),
+  clusterName: f.clusterName,
+  ...(f.spokeExternalServerUrls ? { externalServerUrls: f.spokeExternalServerUrls } : {}),
+  ...(bootstrapKubeconfig !== undefined ? { bootstrapKubeconfig } : {}),
+});

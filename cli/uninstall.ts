@@ -1,0 +1,146 @@
+// `ocmf uninstall hub|spoke`: removes what install and join made, found by the label every rendered
+// object carries (app.kubernetes.io/part-of=ocm-functions) among the kinds the render makes, in the
+// reverse of the apply order, CRDs last; waits until it is all gone. Running it again finds nothing.
+//
+// ManagedClusters are the hub admin's, as with `clusteradm clean`: uninstall hub refuses while any
+// exists, unless --purge-clusters, which deletes them first, while the hub's functions still run and
+// release each cluster (its RBAC goes; its namespace stays, as OCM leaves it). A cluster's ManifestWorks
+// would hold that release until its agent removed what they applied, and the agent may be gone: purging
+// deletes them without waiting (their finalizers released), so work already applied stays on spokes that
+// are not uninstalled. Finalizers of OCM's kinds that only the removed functions would have released
+// (an add-on's, an AppliedManifestWork's) are removed just before their CRDs go; on a spoke, the work
+// an AppliedManifestWork owns then goes with it (the garbage collector follows the owner references the
+// work applier set, as on OCM), unless its ManifestWork orphaned it.
+import { SecretResource } from "../shared/api/kube.ts";
+import { ManagedClusterResource } from "../shared/api/cluster.ts";
+import { ManifestWorkResource } from "../shared/api/work.ts";
+import type { ApiResource } from "../shared/api/meta.ts";
+import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
+import { isCrd, plural, rankOf } from "./apply.ts";
+import { Discovery, typeName, type TypeRef } from "./discovery.ts";
+import { again } from "./transient.ts";
+import { KubeError } from "../shared/kube/errors.ts";
+import { partOfSelector, renderHub, renderSpoke } from "./render/index.ts";
+
+export type UninstallOptions = { purgeClusters: boolean; timeoutMs: number; timeoutText: string };
+
+type Found = KubeObject & { metadata: { name: string; namespace?: string; finalizers?: string[]; deletionTimestamp?: string } };
+type Listed = { type: TypeRef; resource: ApiResource; items: Found[] };
+
+const isOcmFinalizer = (f: string) => f.includes("open-cluster-management.io/");
+const nameOf = (o: Found) => (o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name);
+
+// Every kind the render makes (the hub's bootstrap tokens are Secrets too), in removal order.
+function kindsOf(side: "hub" | "spoke"): TypeRef[] {
+  const objects: TypeRef[] = side === "hub" ? [...renderHub(), { apiVersion: "v1", kind: SecretResource.kind }] : renderSpoke();
+  return [...new Map(objects.map((o) => [typeName(o), { apiVersion: o.apiVersion, kind: o.kind }])).values()].sort((a, b) => rankOf(b) - rankOf(a));
+}
+
+async function until(what: () => string, deadline: number, done: () => Promise<boolean>): Promise<void> {
+  for (let delay = 250; ; delay = Math.min(delay * 1.5, 2_000)) {
+    if (await done()) return;
+    if (Date.now() > deadline) throw new Error(what());
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
+
+async function purgeClusters(client: KubeClient, discovery: Discovery, o: UninstallOptions & { deadline: number }, print: (line: string) => void): Promise<void> {
+  if (!(await discovery.isServed({ apiVersion: "cluster.open-cluster-management.io/v1", kind: ManagedClusterResource.kind }))) return;
+  const { items } = await again(() => client.list<Found>(ManagedClusterResource));
+  if (!items.length) return;
+  const names = items.map((c) => c.metadata.name);
+  if (!o.purgeClusters)
+    throw new Error(
+      `${plural(items.length, "ManagedCluster")} still registered (${names.join(", ")}): detach them first (ocmf uninstall spoke on each, then delete the ManagedCluster) or pass --purge-clusters to delete them now`,
+    );
+  let works = 0;
+  if (await discovery.isServed({ apiVersion: "work.open-cluster-management.io/v1", kind: ManifestWorkResource.kind })) {
+    for (const name of names) {
+      for (const work of (await again(() => client.list<Found>(ManifestWorkResource, { namespace: name }))).items) {
+        await again(() => client.delete(ManifestWorkResource, work.metadata.name, name));
+        await releaseFinalizers(client, ManifestWorkResource, work);
+        works++;
+      }
+    }
+  }
+  if (works) print(`deleted ${plural(works, "ManifestWork")} of those clusters without waiting for their agents`);
+  for (const name of names) await again(() => client.delete(ManagedClusterResource, name));
+  print(`deleted ${plural(names.length, "ManagedCluster")} (${names.join(", ")}); waiting for the hub's functions to release them`);
+  let left: Found[] = items;
+  await until(
+    () => `ManagedClusters not gone after ${o.timeoutText}: ${left.map((c) => `${c.metadata.name} (finalizers: ${(c.metadata.finalizers ?? []).join(", ") || "none"})`).join("; ")}; is the hub's cluster-acceptor running?`,
+    o.deadline,
+    async () => (left = (await again(() => client.list<Found>(ManagedClusterResource))).items).length === 0,
+  );
+}
+
+async function releaseFinalizers(client: KubeClient, r: ApiResource, item: Found): Promise<boolean> {
+  const finalizers = item.metadata.finalizers ?? [];
+  if (!finalizers.some(isOcmFinalizer)) return false;
+  try {
+    await again(() => client.patch(r, item.metadata.name, { metadata: { finalizers: finalizers.filter((f) => !isOcmFinalizer(f)) } }, { namespace: item.metadata.namespace }));
+  } catch (err) {
+    if (err instanceof KubeError && err.code === 404) return false; // gone meanwhile
+    throw err;
+  }
+  return true;
+}
+
+// The instances of CRDs about to be deleted keep them Terminating while they carry finalizers nobody
+// will release any more.
+async function releaseOrphanedFinalizers(client: KubeClient, discovery: Discovery, crds: readonly Found[], print: (line: string) => void): Promise<void> {
+  let released = 0;
+  for (const crd of crds) {
+    const spec = crd.spec as { group: string; names: { kind: string }; versions: { name: string; storage?: boolean }[] };
+    const version = spec.versions.find((v) => v.storage) ?? spec.versions[0]!;
+    const type = { apiVersion: `${spec.group}/${version.name}`, kind: spec.names.kind };
+    if (!(await discovery.isServed(type))) continue;
+    const r = await discovery.resourceOf(type);
+    for (const item of (await again(() => client.list<Found>(r))).items) if (await releaseFinalizers(client, r, item)) released++;
+  }
+  if (released) print(`released the OCM finalizers of ${plural(released, "object")} whose functions are gone`);
+}
+
+export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: UninstallOptions, print: (line: string) => void): Promise<void> {
+  const discovery = new Discovery(client);
+  const deadline = Date.now() + o.timeoutMs;
+  if (side === "hub") await purgeClusters(client, discovery, { ...o, deadline }, print);
+
+  const listed: Listed[] = [];
+  for (const type of kindsOf(side)) {
+    if (!(await discovery.isServed(type))) continue; // its CRD is gone already, or Knative was never there
+    const resource = await discovery.resourceOf(type);
+    const { items } = await again(() => client.list<Found>(resource, { labelSelector: partOfSelector }));
+    if (items.length) listed.push({ type, resource, items });
+  }
+  if (!listed.length) {
+    print(`nothing of ocm-functions on the ${side} at ${client.server}`);
+    return;
+  }
+  for (const { type, resource, items } of listed) {
+    if (isCrd(type)) await releaseOrphanedFinalizers(client, discovery, items, print);
+    for (const item of items) await again(() => client.delete(resource, item.metadata.name, item.metadata.namespace, { propagationPolicy: "Background" }));
+    print(`deleted ${plural(items.length, type.kind)}`);
+  }
+
+  let left: { type: TypeRef; item: Found }[] = [];
+  let last = "";
+  await until(
+    () => `not all gone after ${o.timeoutText}: ${left.slice(0, 3).map(({ type, item }) => `${type.kind} ${nameOf(item)}${item.metadata.finalizers?.length ? ` (finalizers: ${item.metadata.finalizers.join(", ")})` : ""}`).join("; ")}${left.length > 3 ? ` and ${left.length - 3} more` : ""}`,
+    deadline,
+    async () => {
+      left = [];
+      for (const { type, resource } of listed) {
+        discovery.forget(type.apiVersion);
+        if (!(await discovery.isServed(type))) continue;
+        const { items } = await again(() => client.list<Found>(resource, { labelSelector: partOfSelector }));
+        left.push(...items.map((item) => ({ type, item })));
+      }
+      const line = left.length ? `waiting for ${plural(left.length, "object")} to go: ${[...new Set(left.map((l) => l.type.kind))].join(", ")}` : "";
+      if (line && line !== last) print(line);
+      last = line;
+      return left.length === 0;
+    },
+  );
+  print(`The ${side} is uninstalled: nothing labelled ${partOfSelector} is left.`);
+}

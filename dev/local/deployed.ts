@@ -1,0 +1,232 @@
+// What `ocmf install hub` and `ocmf join` put on a cluster, run as Knative would run it but on a local
+// cluster without Knative's controllers: every Knative Service as its function bundle, every
+// ContainerSource and ApiServerSource as a relay bundle, every Deployment as its bundle, each a process
+// under the identity of its ServiceAccount (a TokenRequest token in a kubeconfig, since no pod mounts
+// one), with the env its object gives, fed as its Broker and Triggers (or its sink) say. It reads the
+// objects from the cluster, so it runs what was applied, not what a render says.
+import { mkdirSync, writeFileSync, existsSync } from "node:fs";
+import { join } from "node:path";
+import { parse } from "yaml";
+import { freePort, type LocalCluster } from "../control-plane/clusters.ts";
+import { logTail, startGuard, startProcess, stopProcess, type Managed } from "../control-plane/processes.ts";
+import { Discovery } from "../../cli/discovery.ts";
+import { partOfSelector } from "../../cli/render/index.ts";
+import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
+import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
+import type { RelayConfigInput } from "../../components/relay/config.ts";
+
+export type DeployedOptions = {
+  cluster: LocalCluster; // where the objects are; read with its admin credentials
+  namespace: string; // where install or join put the functions and sources
+  dist: string; // what `npm run build` wrote
+  runDir: string; // kubeconfigs and logs
+};
+
+export type Deployed = {
+  functions: Map<string, string>; // Knative Service name → URL
+  processes: Managed[];
+  stop(): Promise<void>;
+};
+
+type Env = { name: string; value?: string; valueFrom?: unknown }[];
+type Container = { image: string; env?: Env };
+type PodSpec = { serviceAccountName?: string; containers: Container[] };
+type Ref = { apiVersion: string; kind: string; name: string };
+type KService = KubeObject & { spec: { template: { spec: PodSpec } } };
+type Trigger = KubeObject & { spec: { broker: string; filter?: { attributes?: Record<string, string> }; subscriber: { ref: Ref } } };
+type ContainerSource = KubeObject & { spec: { template: { spec: PodSpec }; sink: { ref: Ref } } };
+type Selector = { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
+type ApiServerSource = KubeObject & {
+  spec: {
+    mode?: "Resource" | "Reference";
+    serviceAccountName?: string;
+    namespaceSelector?: Selector;
+    owner?: unknown;
+    resources: { apiVersion: string; kind: string; selector?: Selector }[];
+    ceOverrides?: { extensions?: Record<string, string> };
+    sink: { ref: Ref };
+  };
+};
+type PingSource = KubeObject & { spec: { schedule: string; sink: { ref: Ref } } };
+type Deployment = KubeObject & { spec: { template: { spec: PodSpec } } };
+
+const name = (o: KubeObject) => o.metadata.name!;
+
+function envOf(c: Container, what: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const e of c.env ?? []) {
+    if (e.valueFrom !== undefined) throw new Error(`${what}: env ${e.name} comes from valueFrom, which local processes do not resolve`);
+    out[e.name] = e.value ?? "";
+  }
+  return out;
+}
+
+// Label selector text, as the API server's ?labelSelector= takes it.
+export function selectorText(s: Selector | undefined): string | undefined {
+  if (!s) return undefined;
+  const parts = Object.entries(s.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
+  for (const e of s.matchExpressions ?? []) {
+    if (e.operator === "Exists") parts.push(e.key);
+    else if (e.operator === "DoesNotExist") parts.push(`!${e.key}`);
+    else if (e.operator === "In" || e.operator === "NotIn") parts.push(`${e.key} ${e.operator.toLowerCase()} (${(e.values ?? []).join(",")})`);
+    else throw new Error(`selector operator ${e.operator}`);
+  }
+  return parts.length ? parts.join(",") : undefined;
+}
+
+// PingSource schedules as relay tick periods: every minute, or every N minutes.
+function periodMs(schedule: string): number {
+  if (schedule.trim() === "* * * * *") return 60_000;
+  const m = /^\*\/(\d+) \* \* \* \*$/.exec(schedule.trim());
+  if (m) return Number(m[1]) * 60_000;
+  throw new Error(`PingSource schedule ${schedule}: only "* * * * *" and "*/N * * * *" run locally`);
+}
+
+export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
+  mkdirSync(join(o.runDir, "pids"), { recursive: true });
+  startGuard(o.runDir);
+  const admin = KubeClient.fromKubeconfig(o.cluster.adminKubeconfig);
+  const discovery = new Discovery(admin);
+  const processes: Managed[] = [];
+  const functions = new Map<string, string>();
+  const stop = async () => {
+    await Promise.all([...processes].reverse().map((p) => stopProcess(p)));
+  };
+
+  const list = async <T extends KubeObject>(apiVersion: string, kind: string): Promise<T[]> => {
+    const t = { apiVersion, kind };
+    if (!(await discovery.isServed(t))) return [];
+    return (await admin.list<T>(await discovery.resourceOf(t), { namespace: o.namespace, labelSelector: partOfSelector })).items;
+  };
+
+  // A kubeconfig for a ServiceAccount, its token from the TokenRequest API.
+  const identity = async (account: string, file: string): Promise<string> => {
+    const path = `${resourcePath({ group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true }, { namespace: o.namespace, name: account })}/token`;
+    const answer = await admin.request<{ status: { token: string } }>("POST", path, { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: { expirationSeconds: 7200 } });
+    const text = buildKubeconfig({ server: o.cluster.url, caPem: o.cluster.caPem, clusterName: o.cluster.name, userName: `system:serviceaccount:${o.namespace}:${account}`, credentials: { kind: "token", token: answer.status.token } });
+    writeFileSync(file, text, { mode: 0o600 });
+    return file;
+  };
+
+  // The bundle an image stands for: <registry>/ocm-functions/<name>:<tag>.
+  const bundleOf = (image: string): string => {
+    const m = /\/ocm-functions\/([a-z0-9-]+):/.exec(image);
+    if (!m) throw new Error(`image ${image} is not one of ours`);
+    const candidates = [join(o.dist, "functions", m[1]!, "index.js"), join(o.dist, "components", `${m[1]}.js`)];
+    const found = candidates.find((c) => existsSync(c));
+    if (!found) throw new Error(`no bundle for image ${image} in ${o.dist}`);
+    return found;
+  };
+
+  const start = (what: string, bundle: string, env: Record<string, string>): Managed => {
+    const p = startProcess(o.runDir, `${o.cluster.name}-${what}`, process.execPath, [bundle], env);
+    processes.push(p);
+    return p;
+  };
+
+  const dirFor = (what: string) => {
+    const dir = join(o.runDir, what);
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  };
+
+  try {
+    const [services, triggers, containerSources, apiServerSources, pingSources, deployments] = await Promise.all([
+      list<KService>("serving.knative.dev/v1", "Service"),
+      list<Trigger>("eventing.knative.dev/v1", "Trigger"),
+      list<ContainerSource>("sources.knative.dev/v1", "ContainerSource"),
+      list<ApiServerSource>("sources.knative.dev/v1", "ApiServerSource"),
+      list<PingSource>("sources.knative.dev/v1", "PingSource"),
+      list<Deployment>("apps/v1", "Deployment"),
+    ]);
+
+    // Functions first: the relays need their URLs.
+    await Promise.all(
+      services.map(async (s) => {
+        const pod = s.spec.template.spec;
+        const container = pod.containers[0]!;
+        const env = envOf(container, `Service ${name(s)}`);
+        const kubeconfigs = dirFor(`${name(s)}/kubeconfigs`);
+        // the function's own cluster, as its OCM_CLUSTER_NAME names it, is where its pod would run
+        await identity(pod.serviceAccountName ?? "default", join(kubeconfigs, `${env.OCM_CLUSTER_NAME || "hub"}.kubeconfig`));
+        const port = await freePort();
+        const p = start(name(s), bundleOf(container.image), { ...env, PORT: String(port), OCM_KUBECONFIG_DIR: kubeconfigs });
+        const url = `http://127.0.0.1:${port}/`;
+        for (let delay = 50; ; delay = Math.min(delay * 1.5, 500)) {
+          if (p.child.exitCode !== null) throw new Error(`function ${name(s)} exited with ${p.child.exitCode}:\n${logTail(p)}`);
+          const ok = await fetch(`${url}health/readiness`).then((r) => r.ok, () => false);
+          if (ok) break;
+          await new Promise((r) => setTimeout(r, delay));
+        }
+        functions.set(name(s), url);
+      }),
+    );
+
+    const urlOf = (ref: Ref) => {
+      const url = ref.kind === "Service" && ref.apiVersion.startsWith("serving.knative.dev/") ? functions.get(ref.name) : undefined;
+      if (!url) throw new Error(`no running function for ${ref.kind} ${ref.name}`);
+      return url;
+    };
+    // What a Broker delivers: to each Trigger's subscriber, the events its filter lets through.
+    type Sink = { name: string; url: string; filters: Record<string, string>[] };
+    const brokerSinks = (broker: string): Sink[] => {
+      const bySubscriber = new Map<string, Record<string, string>[]>();
+      for (const t of triggers.filter((x) => x.spec.broker === broker)) bySubscriber.set(t.spec.subscriber.ref.name, [...(bySubscriber.get(t.spec.subscriber.ref.name) ?? []), t.spec.filter?.attributes ?? {}]);
+      return [...bySubscriber.entries()].map(([fn, filters]) => ({ name: fn, url: urlOf({ apiVersion: "serving.knative.dev/v1", kind: "Service", name: fn }), filters }));
+    };
+    const sinkOf = (ref: Ref): { sinks: Sink[] } | { kSink: string } => (ref.kind === "Broker" ? { sinks: brokerSinks(ref.name) } : { kSink: urlOf(ref) });
+
+    for (const cs of containerSources) {
+      const pod = cs.spec.template.spec;
+      const container = pod.containers[0]!;
+      const env = envOf(container, `ContainerSource ${name(cs)}`);
+      const file = await identity(pod.serviceAccountName ?? "default", join(dirFor(name(cs)), "identity.kubeconfig"));
+      const config = parse(env.OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput;
+      // in-cluster credentials are the pod's service account: here, the same identity from a file
+      for (const [cluster, creds] of Object.entries(config.clusters)) if ("inCluster" in creds) config.clusters[cluster] = { kubeconfigFile: file };
+      const sink = sinkOf(cs.spec.sink.ref);
+      if ("sinks" in sink) config.sinks = [...(config.sinks ?? []), ...sink.sinks];
+      start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
+    }
+
+    for (const src of apiServerSources) {
+      if (src.spec.owner !== undefined) throw new Error(`ApiServerSource ${name(src)}: owner filters do not run locally`);
+      if (selectorText(src.spec.namespaceSelector)) throw new Error(`ApiServerSource ${name(src)}: a namespace selector other than all namespaces does not run locally`);
+      const cluster = src.spec.ceOverrides?.extensions?.cluster ?? o.cluster.name;
+      const file = await identity(src.spec.serviceAccountName ?? "default", join(dirFor(name(src)), "identity.kubeconfig"));
+      const sink = sinkOf(src.spec.sink.ref);
+      // its PingSource's ticks, when one feeds the same sink, come from the same relay
+      const ping = pingSources.find((p) => p.spec.sink.ref.kind === src.spec.sink.ref.kind && p.spec.sink.ref.name === src.spec.sink.ref.name);
+      const config: RelayConfigInput = {
+        clusters: { [cluster]: { kubeconfigFile: file } },
+        sources: await Promise.all(
+          src.spec.resources.map(async (r) => {
+            const selector = selectorText(r.selector);
+            return { cluster, resource: { ...(await discovery.resourceOf(r)) }, mode: src.spec.mode ?? "Reference", ...(selector ? { labelSelector: selector } : {}) };
+          }),
+        ),
+        sinks: "sinks" in sink ? sink.sinks : [],
+        ceOverrides: { extensions: src.spec.ceOverrides?.extensions ?? {} },
+        resync: ping ? { intervalMs: periodMs(ping.spec.schedule), source: `/apis/v1/namespaces/${o.namespace}/pingsources/${name(ping)}` } : { intervalMs: 0 },
+      };
+      // Knative runs its receive adapter; the relay delivers the same events (docs/relay.md)
+      start(name(src), join(o.dist, "components", "relay.js"), { OCM_RELAY_CONFIG: JSON.stringify(config), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
+    }
+
+    for (const d of deployments) {
+      const pod = d.spec.template.spec;
+      const container = pod.containers[0]!;
+      const env = envOf(container, `Deployment ${name(d)}`);
+      const file = await identity(pod.serviceAccountName ?? "default", join(dirFor(name(d)), "identity.kubeconfig"));
+      // the kubelet probes the pod's address; here a loopback port of its own
+      const health: Record<string, string> = "HEALTH_PORT" in env ? { HEALTH_HOST: "127.0.0.1", HEALTH_PORT: String(await freePort()) } : {};
+      start(name(d), bundleOf(container.image), { ...env, ...health, KUBECONFIG: file });
+    }
+  } catch (err) {
+    await stop();
+    admin.close();
+    throw err;
+  }
+  admin.close();
+  return { functions, processes, stop };
+}
