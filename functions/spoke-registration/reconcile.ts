@@ -87,7 +87,8 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   // in this order a concurrent invocation sees one of the two and never neither.
   const pending = await spoke.get<Secret>(SecretResource, pendingSecretName(c), c.agentNamespace);
   const hubSecret = await spoke.get<Secret>(SecretResource, c.hubSecret, c.agentNamespace);
-  const agentName = c.agentName ?? secretText(hubSecret, HubSecretKey.AgentName) ?? secretText(pending, HubSecretKey.AgentName) ?? randomBytes(3).toString("hex").slice(0, 5);
+  const pendingAgentName = secretText(pending, HubSecretKey.AgentName);
+  const agentName = c.agentName ?? secretText(hubSecret, HubSecretKey.AgentName) ?? pendingAgentName ?? randomBytes(3).toString("hex").slice(0, 5);
   const judged = judgeHubSecret({ hubSecret, bootstrap, clusterName: c.clusterName, agentName, now });
 
   // Bootstrapped: talk to the hub as the cluster's own identity. Otherwise with the bootstrap one.
@@ -98,7 +99,20 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
       io.log.info({ reason: judged.reason }, "bootstrapping");
       await ensureManagedCluster(r);
     }
-    if (pending) return await collectCertificate(r, pending);
+    if (pending) {
+      // A request is only ever made under the agent name it saves with its key. An invocation that read
+      // "no hub secret, no pending request" and wrote after another had finished the join made one
+      // under a fresh random name: collecting it under the hub secret's name wrote a certificate for one
+      // agent with another's name, which the next invocation judged invalid and replaced with a third
+      // CSR (the recorded join of 74c5531: CSRs for agents e5f91, 6b99a, e5f91). While the hub secret is
+      // good, such a request is stale and dropped; otherwise its certificate is stored under its own name.
+      if (judged.valid && pendingAgentName && pendingAgentName !== agentName) {
+        io.log.info({ csr: secretText(pending, PendingKey.CsrName), agentName: pendingAgentName }, "dropped a stale request made under another agent name: already bootstrapped");
+        await spoke.delete(SecretResource, pendingSecretName(c), c.agentNamespace, { uid: pending.metadata.uid });
+        return { recheckInMs: 0 };
+      }
+      return await collectCertificate({ ...r, agentName: pendingAgentName ?? agentName }, pending);
+    }
     if (judged.valid) {
       const certPem = secretText(hubSecret, HubSecretKey.TlsCert)!;
       const dataChanged = secretText(hubSecret, HubSecretKey.ClusterName) !== c.clusterName || secretText(hubSecret, HubSecretKey.AgentName) !== agentName || secretText(hubSecret, HubSecretKey.Kubeconfig) !== hubKubeconfig(bootstrap);
