@@ -224,7 +224,8 @@ afterEach(async () => {
   current = undefined;
 });
 
-describe("replaying a recorded join with no resync ticks", () => {
+// Each test starts a fresh hub and spoke (about 20 s on 2 cores), hence its own time limit.
+describe("replaying a recorded join with no resync ticks", { timeout: 180_000 }, () => {
   it("the recording is one real join: both sides, object events and resync ticks, one CSR", () => {
     const sinks = new Set(stream.map((r) => r.sink));
     expect(sinks).toEqual(new Set(["hub/cluster-acceptor", "hub/csr-approver", `${CLUSTER}/spoke-registration`, `${CLUSTER}/spoke-cluster-status`]));
