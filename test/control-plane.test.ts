@@ -199,7 +199,7 @@ describe("process hygiene", () => {
     const script = join(mkdtempSync(join(tmpdir(), "cp-")), "start.ts");
     writeFileSync(
       script,
-      `import { startClusters } from ${JSON.stringify(join(import.meta.dirname, "..", "shared", "control-plane", "clusters.ts"))};
+      `import { startClusters } from ${JSON.stringify(join(import.meta.dirname, "..", "dev", "control-plane", "clusters.ts"))};
 const c = await startClusters({ names: ["solo"], crds: false, controllers: false, log: () => {} });
 console.log(JSON.stringify(c.clusters.map((x) => x.apiserver!.child.pid)));
 setInterval(() => {}, 1000);`,
