@@ -87,11 +87,18 @@ const BASE_PACKAGES: Record<string, (path: string) => boolean> = {
 // The candidate versions apt would install, fetched once into the cache (named as apt-get download
 // names them). One apt-cache call for all: each costs most of a second.
 function debFiles(cache: string, pkgs: string[]): Map<string, { file: string; version: string }> {
+  const showAll = () => run("apt-cache", ["show", "--no-all-versions", ...pkgs]);
   let show: string;
   try {
-    show = run("apt-cache", ["show", "--no-all-versions", ...pkgs]);
+    show = showAll();
   } catch {
-    throw new Error(`apt does not know all of ${pkgs.join(", ")}: run apt-get update once`);
+    // A fresh machine has no package lists yet: fetch them once, as the project's own set-up (root).
+    try {
+      run("apt-get", ["update", "-q"]);
+      show = showAll();
+    } catch (err) {
+      throw new Error(`apt does not know all of ${pkgs.join(", ")} even after apt-get update: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
   const debs = new Map<string, { file: string; version: string }>();
   for (const stanza of show.split(/\n\n+/)) {
