@@ -4,6 +4,7 @@
 // under the identity of its ServiceAccount (a TokenRequest token in a kubeconfig, since no pod mounts
 // one), with the env its object gives, fed as its Broker and Triggers (or its sink) say. It reads the
 // objects from the cluster, so it runs what was applied, not what a render says.
+import { again } from "../../cli/transient.ts";
 import { mkdirSync, writeFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "yaml";
@@ -96,7 +97,8 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
   const list = async <T extends KubeObject>(apiVersion: string, kind: string): Promise<T[]> => {
     const t = { apiVersion, kind };
     if (!(await discovery.isServed(t))) return [];
-    return (await admin.list<T>(await discovery.resourceOf(t), { namespace: o.namespace, labelSelector: partOfSelector })).items;
+    // a CRD just established answers 429 while its storage initializes: try again, as kubectl does
+    return (await again(async () => admin.list<T>(await discovery.resourceOf(t), { namespace: o.namespace, labelSelector: partOfSelector }))).items;
   };
 
   // A kubeconfig for a ServiceAccount, its token from the TokenRequest API.
