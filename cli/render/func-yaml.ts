@@ -60,10 +60,3 @@ export function readFunctions(dir = functionsDir): FunctionDeployment[] {
     });
 }
 
-// The Trigger filters of one function's subscriptions (local mode filters its relays' deliveries by
-// them, as Knative's Triggers filter a Broker's).
-export function subscriptionFilters(fn: string): Record<string, string>[] {
-  const f = readFunctions().find((d) => d.name === fn);
-  if (!f) throw new Error(`no functions/${fn}/func.yaml`);
-  return f.deploy.subscriptions.map((s) => s.filters);
-}

@@ -6,6 +6,7 @@ import { KubeConfig } from "@kubernetes/client-node";
 import { z } from "zod";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { jsonLog } from "../../shared/harness.ts";
+import { stopOnSignals } from "../../shared/stop-signals.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { startHeartbeat, type Heartbeat } from "./sidecar.ts";
 
@@ -69,18 +70,11 @@ try {
   process.exit(2);
 }
 
-let stopping = false;
-for (const signal of ["SIGTERM", "SIGINT"] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    void heartbeat.stop().then(() => {
-      spoke.close();
-      const s = heartbeat.status();
-      const cpu = process.cpuUsage();
-      const steady = warm && s.renewals > warm.renewals ? { renewals: s.renewals - warm.renewals, cpuUs: cpu.user + cpu.system - warm.cpu.user - warm.cpu.system } : undefined;
-      log.info({ signal, beats: s.beats, renewals: s.renewals, cpuUs: cpu.user + cpu.system, rssBytes: process.memoryUsage.rss(), steady }, "stopped");
-      process.exit(0);
-    });
-  });
-}
+stopOnSignals(async (signal) => {
+  await heartbeat.stop();
+  spoke.close();
+  const s = heartbeat.status();
+  const cpu = process.cpuUsage();
+  const steady = warm && s.renewals > warm.renewals ? { renewals: s.renewals - warm.renewals, cpuUs: cpu.user + cpu.system - warm.cpu.user - warm.cpu.system } : undefined;
+  log.info({ signal, beats: s.beats, renewals: s.renewals, cpuUs: cpu.user + cpu.system, rssBytes: process.memoryUsage.rss(), steady }, "stopped");
+});

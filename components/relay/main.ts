@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { jsonLog } from "../../shared/harness.ts";
+import { stopOnSignals } from "../../shared/stop-signals.ts";
 import { configFromEnvironment } from "./config.ts";
 import { startRelay, type Relay } from "./relay.ts";
 
@@ -18,12 +19,7 @@ try {
   process.exit(2);
 }
 
-let stopping = false;
-for (const signal of ["SIGTERM", "SIGINT"] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, "stopping");
-    void relay.stop().then(() => process.exit(0));
-  });
-}
+stopOnSignals(async (signal) => {
+  log.info({ signal }, "stopping");
+  await relay.stop();
+});

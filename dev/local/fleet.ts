@@ -25,7 +25,7 @@ import { startRelay, type Relay, type RelayOptions } from "../../components/rela
 import { hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
-import { subscriptionFilters } from "../../cli/render/func-yaml.ts";
+import { readFunctions } from "../../cli/render/func-yaml.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
@@ -100,6 +100,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       if (!o.clusters) await clusters.stop();
     })());
 
+  const subscriptions = new Map(readFunctions().map((f) => [f.name, f.deploy.subscriptions.map((s) => s.filters)]));
   // Returns the relay sink for it: named "<cluster>/<function>", filtered by its func.yaml subscriptions
   // as Knative's Triggers filter what a Broker delivers.
   async function serveFunction<C>(cluster: string, spec: FunctionSpec<C>, kubeconfigs: Record<string, string>, config: C) {
@@ -108,7 +109,9 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     servers.push(server);
     const name = `${cluster}/${spec.name}`;
     functions.set(name, server.url);
-    return { name, url: server.url, filters: subscriptionFilters(spec.name) };
+    const filters = subscriptions.get(spec.name);
+    if (!filters) throw new Error(`no functions/${spec.name}/func.yaml`);
+    return { name, url: server.url, filters };
   }
   const relayTiming = { resync: { intervalMs: o.resyncMs ?? 10_000 } };
 
