@@ -13,7 +13,7 @@
 // work applier set, as on OCM), unless its ManifestWork orphaned it.
 import { SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource } from "../shared/api/cluster.ts";
-import { ManifestWorkResource } from "../shared/api/work.ts";
+import { AppliedManifestWorkResource, ManifestWorkResource, type AppliedManifestWork } from "../shared/api/work.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
 import { isCrd, plural, rankOf } from "./apply.ts";
@@ -24,7 +24,7 @@ import { partOfSelector, renderHub, renderSpoke } from "./render/index.ts";
 
 export type UninstallOptions = { purgeClusters: boolean; timeoutMs: number; timeoutText: string };
 
-type Found = KubeObject & { metadata: { name: string; namespace?: string; finalizers?: string[]; deletionTimestamp?: string } };
+type Found = KubeObject & { metadata: { name: string; namespace?: string; finalizers?: string[]; deletionTimestamp?: string; ownerReferences?: { uid: string }[] } };
 type Listed = { type: TypeRef; resource: ApiResource; items: Found[] };
 
 const isOcmFinalizer = (f: string) => f.includes("open-cluster-management.io/");
@@ -88,17 +88,45 @@ async function releaseFinalizers(client: KubeClient, r: ApiResource, item: Found
 
 // The instances of CRDs about to be deleted keep them Terminating while they carry finalizers nobody
 // will release any more.
-async function releaseOrphanedFinalizers(client: KubeClient, discovery: Discovery, crds: readonly Found[], print: (line: string) => void): Promise<void> {
+async function releaseOrphanedFinalizers(client: KubeClient, discovery: Discovery, crds: readonly Found[], o: { deadline: number; timeoutText: string }, print: (line: string) => void): Promise<void> {
   let released = 0;
+  const applied: Found[] = [];
   for (const crd of crds) {
     const spec = crd.spec as { group: string; names: { kind: string }; versions: { name: string; storage?: boolean }[] };
     const version = spec.versions.find((v) => v.storage) ?? spec.versions[0]!;
     const type = { apiVersion: `${spec.group}/${version.name}`, kind: spec.names.kind };
     if (!(await discovery.isServed(type))) continue;
     const r = await discovery.resourceOf(type);
-    for (const item of (await again(() => client.list<Found>(r))).items) if (await releaseFinalizers(client, r, item)) released++;
+    const { items } = await again(() => client.list<Found>(r));
+    for (const item of items) if (await releaseFinalizers(client, r, item)) released++;
+    if (type.kind === AppliedManifestWorkResource.kind) applied.push(...items);
   }
   if (released) print(`released the OCM finalizers of ${plural(released, "object")} whose functions are gone`);
+  if (applied.length) await removeAppliedWorks(client, applied, o, print);
+}
+
+// What an AppliedManifestWork applied carries it as owner, and the garbage collector removes it once it
+// sees the owner go; it can only look the owner up while the owner's kind is still served. So these
+// owners are deleted, and what they own waited for, before their CRD goes: deleting the CRD first would
+// leave the work applied for good whenever the collector is slower than the CRD's removal.
+async function removeAppliedWorks(client: KubeClient, works: readonly Found[], o: { deadline: number; timeoutText: string }, print: (line: string) => void): Promise<void> {
+  const owned = works.flatMap((w) => ((w as AppliedManifestWork).status?.appliedResources ?? []).map((a) => ({ owner: w.metadata.uid, ...a })));
+  for (const w of works) await again(() => client.delete(AppliedManifestWorkResource, w.metadata.name, undefined, { propagationPolicy: "Background" }));
+  let left = owned;
+  await until(
+    () => `what ${plural(works.length, "AppliedManifestWork")} applied is not gone after ${o.timeoutText}: ${left.slice(0, 3).map((a) => `${a.resource} ${a.namespace ? `${a.namespace}/` : ""}${a.name}`).join("; ")}; is the spoke's garbage collector (kube-controller-manager) running?`,
+    o.deadline,
+    async () => {
+      const still = await Promise.all(left.map(async (a) => {
+        const r = { group: a.group ?? "", version: a.version, plural: a.resource, kind: a.resource, namespaced: a.namespace !== undefined && a.namespace !== "" };
+        const found = await again(() => client.get<Found>(r, a.name, a.namespace || undefined));
+        return found !== undefined && (!a.uid || found.metadata.uid === a.uid) && (found.metadata.ownerReferences ?? []).some((ref) => ref.uid === a.owner);
+      }));
+      left = left.filter((_, i) => still[i]);
+      return left.length === 0;
+    },
+  );
+  print(`deleted ${plural(works.length, "AppliedManifestWork")} and, by their owner references, what they applied`);
 }
 
 export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: UninstallOptions, print: (line: string) => void): Promise<void> {
@@ -118,7 +146,7 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
     return;
   }
   for (const { type, resource, items } of listed) {
-    if (isCrd(type)) await releaseOrphanedFinalizers(client, discovery, items, print);
+    if (isCrd(type)) await releaseOrphanedFinalizers(client, discovery, items, { deadline, timeoutText: o.timeoutText }, print);
     for (const item of items) await again(() => client.delete(resource, item.metadata.name, item.metadata.namespace, { propagationPolicy: "Background" }));
     print(`deleted ${plural(items.length, type.kind)}`);
   }

@@ -267,9 +267,11 @@ describe("install, join, accept, uninstall", () => {
     const deletions = r.stdout.split("\n").filter((l) => l.startsWith("deleted "));
     expect(deletions.at(-1)).toMatch(/^deleted \d+ CustomResourceDefinitions$/);
     // the AppliedManifestWork's finalizer, which no work applier will release now; what it applied goes
-    // with it, as the garbage collector follows the owner references
+    // with it, as the garbage collector follows the owner references, and uninstall waits for that
+    // before the CRD goes (after it, the collector could no longer look the owner up)
     expect(r.stdout).toContain("released the OCM finalizers of 1 object whose functions are gone");
-    await eventually(async () => expect(await spokeAdmin.get(ConfigMapResource, "hello-from-hub", "default")).toBeUndefined());
+    expect(r.stdout).toContain("deleted 1 AppliedManifestWork and, by their owner references, what they applied");
+    expect(await spokeAdmin.get(ConfigMapResource, "hello-from-hub", "default")).toBeUndefined();
     expect(await labelled(spokeAdmin, renderSpoke())).toEqual([]);
     expect(await spokeAdmin.get(NamespaceResource, AgentNamespaceDefault)).toBeUndefined();
 

@@ -50,9 +50,9 @@ afterAll(async () => {
 
 type Scene = { c: string; clock: ReturnType<typeof manualClock>; io: Io<Config> };
 
-// A clock per scene, started now, so the objects written at its time look fresh to the API server.
-function scene(multiplier = LeaseDurationTimes): Scene {
-  const clock = manualClock();
+// A clock per scene, started now, so the objects written at its time look fresh to the API server;
+// scenes judged together share one, so their leases are exactly as old as written.
+function scene(multiplier = LeaseDurationTimes, clock = manualClock()): Scene {
   return { c: `cluster-${suffix()}`, clock, io: testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: multiplier }, clock) };
 }
 
@@ -258,7 +258,8 @@ describe("event delivery", () => {
   });
 
   it("looks at every cluster on a resync tick", async () => {
-    const [a, b] = [scene(), scene()];
+    const a = scene();
+    const b = scene(LeaseDurationTimes, a.clock);
     await Promise.all([seed(a, { renewedAgoS: 300 }), seed(b, { renewedAgoS: 300 })]);
     const reply = await handleEvent(spec, a.io, tickEvent(HUB));
     expect(reply.statusCode, reply.body).toBe(204);
