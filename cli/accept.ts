@@ -5,7 +5,8 @@ import { CsrConditionType, type CertificateSigningRequest } from "../shared/api/
 import { ClusterLabel, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { rfc3339 } from "../shared/clock.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
-import { readRequest, recogniseAgentCsr } from "../shared/cluster-csr.ts";
+import { recogniseAgentCsr } from "../shared/cluster-csr.ts";
+import { readRequest } from "../shared/pki.ts";
 
 const BOOTSTRAP_USER_PREFIX = "system:bootstrap:";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";

@@ -20,12 +20,21 @@ export const AutoApprovalEntry = z
     return patterns.every((p) => patternText.test(p));
   }, "an auto-approval entry is USER or USER=PATTERN|PATTERN..., each pattern a cluster name in which * matches any characters");
 
+function compile(entry: string): AutoApprovalRule {
+  const at = entry.indexOf("=");
+  if (at < 0) return { user: entry };
+  const clusters = entry.slice(at + 1).split("|").map((p) => new RegExp(`^${p.replaceAll(".", "\\.").replaceAll("*", ".*")}$`));
+  return { user: entry.slice(0, at), clusters };
+}
+
+// The entries come from a function's configuration, fixed for its life: each is compiled once.
+const compiled = new Map<string, AutoApprovalRule>();
+
 export function parseAutoApproval(entries: readonly string[]): AutoApprovalRule[] {
   return entries.map((entry) => {
-    const at = entry.indexOf("=");
-    if (at < 0) return { user: entry };
-    const clusters = entry.slice(at + 1).split("|").map((p) => new RegExp(`^${p.replaceAll(".", "\\.").replaceAll("*", ".*")}$`));
-    return { user: entry.slice(0, at), clusters };
+    let rule = compiled.get(entry);
+    if (!rule) compiled.set(entry, (rule = compile(entry)));
+    return rule;
   });
 }
 

@@ -6,23 +6,7 @@ import { KubeAPIServerClientSignerName } from "./api/kube.ts";
 import { ClusterLabel } from "./api/cluster.ts";
 import { CsrUsages, ManagedClustersGroup, SubjectPrefix, clusterGroup } from "./api/registration.ts";
 import { mayAutoApprove } from "./auto-approval.ts";
-import { parseCertificateRequest } from "./pki.ts";
-
-export type RequestInfo = { blockType: string; commonName: string; organizations: string[]; signatureValid: boolean } | { unreadable: string };
-
-// spec.request is base64 of PEM; like Go's pem.Decode, only the first block counts.
-export async function readRequest(base64Pem: string): Promise<RequestInfo> {
-  const text = Buffer.from(base64Pem, "base64").toString("utf8");
-  const block = /-----BEGIN ([^-\r\n]+)-----\r?\n[\s\S]*?-----END \1-----/.exec(text);
-  if (!block) return { unreadable: "no PEM block" };
-  if (block[1] !== "CERTIFICATE REQUEST") return { blockType: block[1]!, commonName: "", organizations: [], signatureValid: false };
-  try {
-    const parsed = await parseCertificateRequest(block[0]);
-    return { blockType: block[1], commonName: parsed.commonName, organizations: parsed.organizations, signatureValid: parsed.signatureValid };
-  } catch (err) {
-    return { unreadable: err instanceof Error ? err.message : String(err) };
-  }
-}
+import type { RequestInfo } from "./pki.ts";
 
 export function isTerminal(csr: CertificateSigningRequest): boolean {
   return (csr.status?.conditions ?? []).some((c) => c.type === CsrConditionType.Approved || c.type === CsrConditionType.Denied);

@@ -124,6 +124,30 @@ export async function parseCertificateRequest(pem: string): Promise<ParsedReques
   };
 }
 
+// The first PEM block of a CSR's spec.request (base64 of PEM text), as Go's pem.Decode finds it: only
+// that block counts, whatever follows.
+export function firstPemBlock(base64Pem: string): { type: string; pem: string } | undefined {
+  const text = Buffer.from(base64Pem, "base64").toString("utf8");
+  const block = /-----BEGIN ([^-\r\n]+)-----\r?\n[\s\S]*?-----END \1-----/.exec(text);
+  return block ? { type: block[1]!, pem: block[0] } : undefined;
+}
+
+export type RequestInfo = { blockType: string; commonName: string; organizations: string[]; signatureValid: boolean } | { unreadable: string };
+
+// What an approver judges in a CSR's request: its first block's type and, when that is a request, its
+// subject and whether its signature holds.
+export async function readRequest(base64Pem: string): Promise<RequestInfo> {
+  const block = firstPemBlock(base64Pem);
+  if (!block) return { unreadable: "no PEM block" };
+  if (block.type !== "CERTIFICATE REQUEST") return { blockType: block.type, commonName: "", organizations: [], signatureValid: false };
+  try {
+    const parsed = await parseCertificateRequest(block.pem);
+    return { blockType: block.type, commonName: parsed.commonName, organizations: parsed.organizations, signatureValid: parsed.signatureValid };
+  } catch (err) {
+    return { unreadable: err instanceof Error ? err.message : String(err) };
+  }
+}
+
 export type CertificateInfo = { commonName: string; organizations: string[]; notBefore: Date; notAfter: Date; issuer: string };
 
 export function readCertificate(pem: string): CertificateInfo {

@@ -3,7 +3,7 @@
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { startClusters, type LocalClusters, type LocalCluster } from "../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { applyManifests } from "../shared/apply.ts";
@@ -14,6 +14,7 @@ import { RegisterGroup, RegisterResource, RegisterSubresource } from "../shared/
 import { ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
 import { clusterRole, clusterRoleBinding } from "../functions/cluster-acceptor/rbac.ts";
 import { eventually } from "./support/eventually.ts";
+import { startHub, type Hub } from "./support/fixtures.ts";
 
 const HUB = "hub";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
@@ -22,7 +23,7 @@ const EXECUTOR = { namespace: "apps", name: "deployer" }; // the service account
 const SETS = { a: "set-a", b: "set-b", x: "set-x" }; // alice may join and bind set-a and set-b only
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let bootstrap: { user: string; client: KubeClient };
@@ -57,9 +58,8 @@ async function clientFor(u: { user: string; groups?: string[] }): Promise<KubeCl
 }
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  plane = await startHub(HUB);
+  ({ cluster: hub, admin } = plane);
   await applyManifests(admin, readFileSync(join(import.meta.dirname, "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
   await admin.create(NamespaceResource, { metadata: { name: WORKS } });
 
@@ -87,8 +87,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const c of clients) c.close();
-  admin?.close();
-  await local?.stop();
+  await plane?.stop();
 });
 
 // A joined cluster's agent: its certificate's user and groups, and the per-cluster RBAC that

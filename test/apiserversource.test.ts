@@ -4,15 +4,16 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { freePort, startClusters, type LocalClusters, type LocalCluster } from "../dev/control-plane/clusters.ts";
+import { freePort, type LocalCluster } from "../dev/control-plane/clusters.ts";
 import { logTail, startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { serve, type Io } from "../shared/harness.ts";
 import { spec, type Config } from "../functions/cluster-acceptor/reconcile.ts";
-import { identityFor, startFunctionServer, testIo } from "./support/functions.ts";
+import { startFunctionServer } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
+import { functionIo, startHub, type Hub } from "./support/fixtures.ts";
 
 const HUB = "hub";
 const ADAPTER = "apiserver_receive_adapter";
@@ -31,7 +32,7 @@ function adapterBinary(): string {
 
 type Received = { type: string; name: string; cluster: string; source: string };
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
@@ -39,18 +40,13 @@ let binary: string;
 
 beforeAll(async () => {
   binary = adapterBinary();
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  plane = await startHub(HUB);
+  ({ cluster: hub, admin } = plane);
   // The function runs under its own identity; only the adapter uses the admin kubeconfig.
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [] });
-  await eventually(() => io.cluster(HUB).list(ManagedClusterResource));
+  io = await functionIo(hub, spec.name, { hubCluster: HUB, autoApprovalUsers: [] }, [ManagedClusterResource]);
 }, 300_000);
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 // The adapter as Knative's controller would run it, minus the Deployment. Its health probes are
 // hard-coded to :8080 (a second adapter on the machine only loses its probes, which we do not use),

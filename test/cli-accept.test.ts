@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { startHub, type Hub } from "./support/fixtures.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { CertificateSigningRequestResource, KubeAPIServerClientSignerName } from "../shared/api/kube.ts";
@@ -18,30 +18,29 @@ import { certificateRequest, generatedNameSuffix, newPrivateKeyPem } from "../sh
 const root = join(import.meta.dirname, "..");
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let admin: KubeClient;
 let dir: string;
 const identities: KubeClient[] = [];
 
 beforeAll(async () => {
-  local = await startClusters({ names: ["hub"], controllers: false });
-  admin = KubeClient.fromKubeconfig(local.get("hub").adminKubeconfig);
+  plane = await startHub("hub");
+  admin = plane.admin;
   await applyManifests(admin, readFileSync(join(root, "manifests/hub/bootstrap-rbac.yaml"), "utf8"));
   dir = mkdtempSync(join(tmpdir(), "cli-accept-"));
-  writeFileSync(join(dir, "hub.kubeconfig"), local.get("hub").adminKubeconfig);
+  writeFileSync(join(dir, "hub.kubeconfig"), plane.cluster.adminKubeconfig);
 });
 afterAll(async () => {
-  admin?.close();
   for (const c of identities) c.close();
   if (dir) rmSync(dir, { recursive: true, force: true });
-  await local?.stop();
+  await plane?.stop();
 });
 
 type Identity = { user: string; hub: KubeClient };
 
 // A bootstrap identity as `clusteradm join` gets one: a token in OCM's bootstrap group.
 async function bootstrapIdentity(): Promise<Identity> {
-  const token = await local.get("hub").createBootstrapToken(["system:bootstrappers:managedcluster"]);
+  const token = await plane.cluster.createBootstrapToken(["system:bootstrappers:managedcluster"]);
   const hub = KubeClient.fromKubeconfig(token.kubeconfig);
   identities.push(hub);
   return { user: token.user, hub };

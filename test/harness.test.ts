@@ -3,7 +3,8 @@
 // reconciler arrive a moment late), then answered 500 and logged as an RBAC defect that names the
 // missing verb and resource.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../dev/control-plane/clusters.ts";
+import { startHub, type Hub } from "./support/fixtures.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource } from "../shared/api/kube.ts";
 import { done, handleEvent, type FunctionSpec, type Io, type Key } from "../shared/harness.ts";
 import { KubeClient } from "../shared/kube/client.ts";
@@ -15,20 +16,16 @@ import { tickEvent } from "./support/functions.ts";
 const HUB = "hub";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], crds: false, controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  plane = await startHub(HUB, { crds: false });
+  ({ cluster: hub, admin } = plane);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 type Logged = { level: string; msg: string; [k: string]: unknown };
 

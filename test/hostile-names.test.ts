@@ -2,7 +2,7 @@
 // a URL path, "/" and "%" to another path) are refused when parsed: every hub function, under its own
 // identity, answers 400 with the reason and writes nothing. The client refuses such path segments too.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { startHub, type Hub } from "./support/fixtures.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import { handleEvent, type FunctionSpec, type Io } from "../shared/harness.ts";
@@ -114,15 +114,14 @@ async function snapshot(): Promise<string[]> {
   return lists.flat().filter((line) => !line.includes(" kube-")).sort();
 }
 
-let local: LocalClusters;
+let plane: Hub;
 let admin: KubeClient;
 const ios = new Map<string, Io<never>>();
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  const hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  for (const s of subjects) ios.set(s.spec.name, testIo({ [HUB]: await identityFor(hub, s.spec.name) }, s.config as never));
+  plane = await startHub(HUB);
+  admin = plane.admin;
+  for (const s of subjects) ios.set(s.spec.name, testIo({ [HUB]: await identityFor(plane.cluster, s.spec.name) }, s.config as never));
   // Something to lose: an accepted cluster, its namespace and an add-on, as a list written back or a
   // collection deleted would show.
   await admin.create(ManagedClusterResource, { metadata: { name: VICTIM }, spec: { hubAcceptsClient: true } });
@@ -132,10 +131,7 @@ beforeAll(async () => {
   // Every function has done its legitimate work on them, so whatever a hostile event writes stands out.
   for (const s of subjects) for (const w of s.watched) for (let i = 0; i < 2; i++) await handleEvent(s.spec, ios.get(s.spec.name)!, objectEvent({ cluster: HUB, object: legitimate(w) }));
 });
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 describe.each(subjects)("$spec.name", ({ spec, watched }) => {
   it("answers 400 with the reason to an event naming a hostile name anywhere, and writes nothing", async () => {

@@ -12,6 +12,12 @@ import { clientWithSecretFiles, secretText, type Secret } from "../shared/hub-cr
 import { findCondition } from "../shared/conditions.ts";
 import { eventually } from "./support/eventually.ts";
 
+// Own timeouts, not the runner's defaults: starting the fleet (control planes, functions, relays) and
+// joining take up to a minute or two on a loaded 2-core machine; each test waits for joins and revocations
+// through relays: up to 45 s, twice.
+const FLEET_START_MS = 240_000;
+const FLEET_TEST_MS = 120_000;
+
 let fleet: Fleet;
 beforeAll(async () => {
   fleet = await startFleet({
@@ -22,7 +28,7 @@ beforeAll(async () => {
     ],
     resyncMs: 2_000,
   });
-});
+}, FLEET_START_MS);
 afterAll(async () => {
   await fleet?.stop();
 });
@@ -48,7 +54,7 @@ async function hubSecretOf(name: string): Promise<Secret | undefined> {
   }
 }
 
-describe("joining", () => {
+describe("joining", { timeout: FLEET_TEST_MS }, () => {
   it("joins by auto-approval: accepted, certificate issued, secret written, Joined", async () => {
     await joined("auto");
     const c = (await cluster("auto"))!;
@@ -94,7 +100,7 @@ describe("joining", () => {
   });
 });
 
-describe("denying", () => {
+describe("denying", { timeout: FLEET_TEST_MS }, () => {
   it("revokes an accepted cluster's access when the hub admin sets hubAcceptsClient to false", async () => {
     await joined("auto");
     const secret = (await hubSecretOf("auto"))!;

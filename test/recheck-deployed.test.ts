@@ -8,7 +8,7 @@
 import { createServer, request, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
-import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../dev/control-plane/clusters.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";
 import { startFunctionServer, type FunctionServer } from "../dev/local/functions.ts";
 import { hubRelayName } from "../cli/render/hub.ts";
@@ -24,6 +24,7 @@ import { KubeClient } from "../shared/kube/client.ts";
 import { spec, configFromEnv } from "../functions/cluster-lease-monitor/reconcile.ts";
 import { testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
+import { startHub, type Hub } from "./support/fixtures.ts";
 
 const HUB = "hub";
 const LEASE_SECONDS = 1;
@@ -32,7 +33,7 @@ const suffix = () => Math.random().toString(36).slice(2, 7);
 type Env = { name: string; value: string }[];
 type Container = { env: Env };
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let fn: FunctionServer;
@@ -68,9 +69,8 @@ function startDropper(target: string): Promise<Server> {
 }
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  plane = await startHub(HUB);
+  ({ cluster: hub, admin } = plane);
   const { env } = rendered();
   const config = configFromEnv(Object.fromEntries(env.map((e) => [e.name, e.value])));
   const io = testIo({ [HUB]: await identityFor(hub, spec.name) }, config);
@@ -82,8 +82,7 @@ afterAll(async () => {
   await Promise.all(relays.map((r) => r.stop()));
   dropper?.close();
   await fn?.close();
-  admin?.close();
-  await local?.stop();
+  await plane?.stop();
 });
 
 // The rendered relay, its in-cluster credentials replaced by a kubeconfig of the same rights, delivering

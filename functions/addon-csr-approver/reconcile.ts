@@ -28,7 +28,8 @@ import { AddOnConfigResource, AddonManagerNamespaceDefault, CustomSignerCertific
 import { clusterGroup } from "../../shared/api/registration.ts";
 import { registrationsOf } from "../../shared/addon-registrations.ts";
 import { parseAgentUser } from "../../shared/cluster-csr.ts";
-import { readRequest, signRequest, type RequestInfo } from "./signing.ts";
+import { signRequest } from "./signing.ts";
+import { readRequest, type RequestInfo } from "../../shared/pki.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
 export const ConfigSchema = HubClusterSchema;
@@ -142,6 +143,7 @@ export function decideApproval(csr: CertificateSigningRequest, found: Found, req
   const registration = registrationsOf(template, cluster, addon).find((r) => r.signerName === signer);
   if (!registration) return { skip: signer === KubeAPIServerClientSignerName ? "the template registers no kubeClient" : `the template registers no signer ${signer}` };
   if ("unreadable" in request) return { skip: `unreadable request: ${request.unreadable}` };
+  if (request.blockType !== "CERTIFICATE REQUEST") return { skip: `PEM block ${request.blockType}` };
   const subject = registration.subject ?? {};
   const userPrefix = addonAgentUser(cluster, addon, "");
   if (subject.user ? request.commonName !== subject.user : !request.commonName.startsWith(userPrefix)) {

@@ -1,30 +1,10 @@
-// Reading an add-on CSR's PKCS#10 request, and signing it with a custom signer's CA as addon-framework's
+// Signing an add-on CSR's PKCS#10 request with a custom signer's CA as addon-framework's
 // signer does: the request's subject and SANs, digital signature and key encipherment, server and
 // client auth, valid from now for the given duration but never past the CA. The CA key may be EC (as
 // this project's PKI makes them) or RSA (what OCM's signer accepts, PKCS#1).
 import { createPrivateKey, webcrypto } from "node:crypto";
 import * as x509 from "@peculiar/x509";
-import { parseCertificateRequest } from "../../shared/pki.ts"; // also installs the crypto provider @peculiar/x509 uses
-
-export type RequestInfo = { commonName: string; organizations: string[]; signatureValid: boolean } | { unreadable: string };
-
-// spec.request is base64 of PEM; like Go's pem.Decode, the first block counts and must be a request.
-export function firstRequestBlock(base64Pem: string): string | undefined {
-  const text = Buffer.from(base64Pem, "base64").toString("utf8");
-  const block = /-----BEGIN ([^-\r\n]+)-----\r?\n[\s\S]*?-----END \1-----/.exec(text);
-  return block && block[1] === "CERTIFICATE REQUEST" ? block[0] : undefined;
-}
-
-export async function readRequest(base64Pem: string): Promise<RequestInfo> {
-  const pem = firstRequestBlock(base64Pem);
-  if (!pem) return { unreadable: "PEM block type is not CERTIFICATE REQUEST" };
-  try {
-    const parsed = await parseCertificateRequest(pem);
-    return { commonName: parsed.commonName, organizations: parsed.organizations, signatureValid: parsed.signatureValid };
-  } catch (err) {
-    return { unreadable: err instanceof Error ? err.message : String(err) };
-  }
-}
+import { firstPemBlock } from "../../shared/pki.ts"; // also installs the crypto provider @peculiar/x509 uses
 
 export type SigningCa = { certPem: string; keyPem: string; now: Date; durationMs: number };
 
@@ -32,9 +12,9 @@ const curves: Record<string, string> = { prime256v1: "P-256", secp384r1: "P-384"
 
 // Returns the issued certificate as PEM.
 export async function signRequest(base64Pem: string, ca: SigningCa): Promise<string> {
-  const pem = firstRequestBlock(base64Pem);
-  if (!pem) throw new Error("PEM block type must be CERTIFICATE REQUEST");
-  const request = new x509.Pkcs10CertificateRequest(pem);
+  const block = firstPemBlock(base64Pem);
+  if (block?.type !== "CERTIFICATE REQUEST") throw new Error("PEM block type must be CERTIFICATE REQUEST");
+  const request = new x509.Pkcs10CertificateRequest(block.pem);
   const caCert = new x509.X509Certificate(ca.certPem);
   if (caCert.notAfter.getTime() <= ca.now.getTime()) throw new Error(`signer has expired, expired time: ${caCert.notAfter.toISOString()}`);
   const notAfter = new Date(Math.min(ca.now.getTime() + ca.durationMs, caCert.notAfter.getTime()));

@@ -36,7 +36,8 @@ import { ManifestWorkResource, WorkFinalizer, WorkGroup } from "../../shared/api
 import { AddonNameLabel } from "../../shared/api/registration.ts";
 import { HubRbacName } from "../../shared/api/register.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
-import { bootstrapApprovable, readRequest } from "../../shared/cluster-csr.ts";
+import { bootstrapApprovable } from "../../shared/cluster-csr.ts";
+import { readRequest } from "../../shared/pki.ts";
 import { clusterNamespace, clusterRole, clusterRoleBinding, registrationClusterRole, roleBinding, workClusterRole } from "./rbac.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).

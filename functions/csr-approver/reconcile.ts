@@ -10,7 +10,8 @@ import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, Subje
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CsrApproval, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
-import { bootstrapApprovable, isTerminal, readRequest, recogniseAgentCsr } from "../../shared/cluster-csr.ts";
+import { bootstrapApprovable, isTerminal, recogniseAgentCsr } from "../../shared/cluster-csr.ts";
+import { readRequest } from "../../shared/pki.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).

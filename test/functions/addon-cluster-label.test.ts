@@ -1,7 +1,6 @@
 // The addon-cluster-label function against a real hub, under its own RBAC: a ManagedCluster carries
 // feature.open-cluster-management.io/addon-<a> after each add-on's Available, and loses it with the add-on.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { NamespaceResource } from "../../shared/api/kube.ts";
@@ -9,29 +8,23 @@ import { ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResour
 import { AddOnConditionType, AddOnFeatureLabelPrefix, AddOnReason, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
 import { spec, type Config } from "../../functions/addon-cluster-label/reconcile.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo } from "../support/functions.ts";
-import { eventually } from "../support/eventually.ts";
+import { objectEvent, postEvent, startFunctionServer } from "../support/functions.ts";
+import { functionIo, startHub, type Hub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
-let hub: LocalCluster;
+let plane: Hub;
 let admin: KubeClient;
 let io: Io<Config>;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB });
-  for (const r of [ManagedClusterResource, ManagedClusterAddOnV1alpha1Resource]) await eventually(() => io.cluster(HUB).list(r));
+  plane = await startHub(HUB);
+  admin = plane.admin;
+  io = await functionIo(plane.cluster, spec.name, { hubCluster: HUB }, [ManagedClusterResource, ManagedClusterAddOnV1alpha1Resource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 const clusterAvailable: NewCondition = { type: ManagedClusterConditionType.Available, status: "True", reason: ManagedClusterReason.ManagedClusterAvailable, message: "Managed cluster is available" };
 

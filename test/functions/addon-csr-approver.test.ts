@@ -2,9 +2,9 @@
 // cluster agents that create them in OCM (their own certificates), approved only when the subject is
 // the add-on's and the cluster's agent asked, and custom-signer CSRs are signed with the template's CA.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
-import { ClusterRoleBindingResource, ClusterRoleResource, CertificateSigningRequestResource, KubeAPIServerClientSignerName, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
+import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { ClusterLabel, ManagedClusterResource } from "../../shared/api/cluster.ts";
 import { CsrApproval } from "../../shared/api/register.ts";
@@ -22,34 +22,28 @@ import { AddonManagerNamespaceDefault, addonAgentUser, addonGroups, templateAgen
 import { createCertificateAuthority, createCertificateRequest, generateKeyPair, isIssuedBy, readCertificate, type Subject } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
 import { decideApproval, spec, type Config } from "../../functions/addon-csr-approver/reconcile.ts";
-import { readRequest } from "../../functions/addon-csr-approver/signing.ts";
+import { readRequest } from "../../shared/pki.ts";
 import { specHash } from "../../functions/addon-manager/spec-hash.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { allowCsrRequests, functionIo, startHub, type Hub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const SIGNER = "example.com/addon-signer";
 const CA_SECRET = "addon-signer-ca";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
 let caPem: string;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  // Cluster agents may create CSRs, as OCM's per-cluster role allows.
-  await admin.create(ClusterRoleResource, { metadata: { name: "test:csr-requester" }, rules: [{ apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["create", "get"] }] });
-  await admin.create(ClusterRoleBindingResource, {
-    metadata: { name: "test:csr-requester" },
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "test:csr-requester" },
-    subjects: [{ kind: "Group", apiGroup: "rbac.authorization.k8s.io", name: ManagedClustersGroup }],
-  });
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB });
+  plane = await startHub(HUB);
+  ({ cluster: hub, admin } = plane);
+  await allowCsrRequests(admin, [ManagedClustersGroup]);
+  io = await functionIo(hub, spec.name, { hubCluster: HUB }, [CertificateSigningRequestResource]);
   // the template's signing CA, in the add-on manager's namespace (identityFor made it for the Role)
   const ca = await createCertificateAuthority("addon-signer");
   caPem = ca.certPem;
@@ -58,14 +52,10 @@ beforeAll(async () => {
     type: "kubernetes.io/tls",
     data: { "tls.crt": Buffer.from(ca.certPem).toString("base64"), "tls.key": Buffer.from(ca.keyPem).toString("base64") },
   });
-  await eventually(() => io.cluster(HUB).list(CertificateSigningRequestResource));
   await eventually(() => io.cluster(HUB).get(SecretResource, CA_SECRET, AddonManagerNamespaceDefault));
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 // An AddOnTemplate add-on registering a kubeClient and a custom signer, enabled on the given clusters
 // with the desired template recorded in status as the addon-manager records it.

@@ -6,15 +6,20 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { LeaseResource, NamespaceResource } from "../../shared/api/kube.ts";
-import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { AddOnAnnotation, AddOnConditionType, AddOnGroup, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
-import { findCondition, isTrue } from "../../shared/conditions.ts";
+import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Outcome } from "../../shared/harness.ts";
-import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import { spec, ConfigSchema, type Config } from "../../functions/addon-health/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { joinedThenQuiet } from "../support/fixtures.ts";
+
+// Own timeouts, not the runner's defaults: starting the fleet (control planes, functions, relays) and
+// joining take up to a minute or two on a loaded 2-core machine; a test waits up to 30 s for leases and
+// status on a live fleet.
+const FLEET_START_MS = 240_000;
+const FLEET_TEST_MS = 90_000;
 
 const C = "cluster1";
 const HUB = "hub";
@@ -32,25 +37,13 @@ beforeAll(async () => {
   hub = fleet.hub;
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(C).adminKubeconfig);
   fnKubeconfig = await identityFor(fleet.clusters.get(C), spec.name);
-  // Joined, and the cluster's identity may already patch its add-ons' status (granted at acceptance).
-  const io = agent().io;
-  await eventually(async () => {
-    expect(isTrue((await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, C))?.status?.conditions, "ManagedClusterJoined")).toBe(true);
-    const got = await bootstrappedHubClient(io.cluster(C), io.config, new Date());
-    if (!("hub" in got)) throw new Error(got.reason);
-    try {
-      await got.hub.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C });
-    } finally {
-      got.hub.close();
-    }
-  }, { timeoutMs: 60_000 });
-  // From here the test drives the function itself: the fleet's own functions (the hub's add-on
-  // manager among them, which would take Available over while the cluster is Unknown) get no more events.
-  await fleet.stopRelay(HUB);
-  await fleet.stopRelay(C);
+  // Joined, and the cluster's identity may already read its add-ons (granted at acceptance). From here
+  // the test drives the function itself: the fleet's own functions (the hub's add-on manager among
+  // them, which would take Available over while the cluster is Unknown) get no more events.
+  await joinedThenQuiet(fleet, C, agent().io, (asCluster) => asCluster.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C }));
   await spoke.create(NamespaceResource, { metadata: { name: DEFAULT_NS } });
   await eventually(() => agent().io.cluster(C).list(LeaseResource, { namespace: DEFAULT_NS }));
-});
+}, FLEET_START_MS);
 afterAll(async () => {
   spoke?.close();
   await fleet?.stop();
@@ -89,7 +82,7 @@ async function renew(addon: string, namespace: string, at: Date): Promise<void> 
 
 const available = async (addon: string) => findCondition((await hub.get<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, addon, C))?.status?.conditions, AddOnConditionType.Available);
 
-describe("availability from the add-on lease", () => {
+describe("availability from the add-on lease", { timeout: FLEET_TEST_MS }, () => {
   type Row = { name: string; where?: Where; lease: "fresh" | "none"; advanceMs?: number; then: (addon: string) => object; recheckInMs?: number };
   const rows: Row[] = [
     { name: "is Available while the lease is renewed, and looks again exactly when it would expire", lease: "fresh", then: (a) => ({ status: "True", reason: "ManagedClusterAddOnLeaseUpdated", message: `${a} add-on is available.` }), recheckInMs: GRACE_MS },
@@ -140,7 +133,7 @@ describe("availability from the add-on lease", () => {
   });
 });
 
-describe("events", () => {
+describe("events", { timeout: FLEET_TEST_MS }, () => {
   it("wakes the add-on named like a renewed lease, through the real faas-js-runtime server; a malformed event is a 400", async () => {
     const a = agent();
     const { addon, namespace } = await newAddon();
@@ -167,7 +160,14 @@ describe("events", () => {
     expect((await handleEvent(spec, a.io, tickEvent(C))).statusCode).toBe(204);
     expect(await available(fresh.addon)).toMatchObject({ status: "True" });
     expect(await available(missing.addon)).toMatchObject({ status: "Unknown" });
-    const other = { apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", metadata: { name: fresh.addon, namespace: "another-cluster" } };
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: other }))).statusCode).toBe(204);
+    // another cluster's add-on of the same name is not this agent's: the add-on's new lease is not looked at
+    const before = (await available(missing.addon))!.lastTransitionTime;
+    await renew(missing.addon, missing.namespace, a.clock.now());
+    const addonIn = (namespace: string) => ({ apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", metadata: { name: missing.addon, namespace } });
+    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn("another-cluster") }))).statusCode).toBe(204);
+    expect(await available(missing.addon)).toMatchObject({ status: "Unknown", lastTransitionTime: before });
+    // control: the same add-on in this cluster's namespace is judged from its renewed lease
+    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn(C) }))).statusCode).toBe(204);
+    expect(await available(missing.addon)).toMatchObject({ status: "True" });
   });
 });

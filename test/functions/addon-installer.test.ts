@@ -2,7 +2,7 @@
 // Placements strategy keeps an add-on in exactly the clusters its placements' decisions name, and
 // self-managed add-ons are left alone.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { NamespaceResource } from "../../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource } from "../../shared/api/cluster.ts";
@@ -17,30 +17,25 @@ import {
 } from "../../shared/api/addon.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
 import { spec, type Config } from "../../functions/addon-installer/reconcile.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
-import { eventually } from "../support/eventually.ts";
+import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
+import { functionIo, startHub, type Hub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const NS = "default"; // where the placements live
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB });
-  for (const r of [ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource, PlacementDecisionResource]) await eventually(() => io.cluster(HUB).list(r));
+  plane = await startHub(HUB);
+  ({ cluster: hub, admin } = plane);
+  io = await functionIo(hub, spec.name, { hubCluster: HUB }, [ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource, PlacementDecisionResource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 async function newCluster(annotations?: Record<string, string>): Promise<string> {
   const c = `cluster-${suffix()}`;

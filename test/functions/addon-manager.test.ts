@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { applyManifests } from "../../shared/apply.ts";
 import { setCondition, findCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -33,33 +33,28 @@ import { spec, type Config } from "../../functions/addon-manager/reconcile.ts";
 import { goJson, specHash } from "../../functions/addon-manager/spec-hash.ts";
 import { overrideImage, substitute } from "../../functions/addon-manager/render.ts";
 import { enableAddon } from "../../cli/addon.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { functionIo, startHub, type Hub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const HELLO = "helloworld";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 const helloworldYaml = readFileSync(join(import.meta.dirname, "..", "..", "manifests", "addons", "helloworld.yaml"), "utf8");
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+  plane = await startHub(HUB);
+  ({ cluster: hub, admin } = plane);
   await applyManifests(admin, helloworldYaml);
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB });
-  // RBAC reaches the authorizer, and CRD storage initialises, a moment after they are created
-  for (const r of [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource, AddOnDeploymentConfigV1alpha1Resource, PlacementDecisionResource]) await eventually(() => io.cluster(HUB).list(r));
+  io = await functionIo(hub, spec.name, { hubCluster: HUB }, [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource, AddOnDeploymentConfigV1alpha1Resource, PlacementDecisionResource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 // A registered cluster: the ManagedCluster and its namespace on the hub, as acceptance leaves them.
 async function newCluster(): Promise<string> {

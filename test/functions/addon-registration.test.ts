@@ -14,7 +14,7 @@ import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { applyManifests } from "../../shared/apply.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
-import { ClusterLabel, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { AgentNamespaceDefault, TooManyCsrsMessage } from "../../shared/api/registration.ts";
 import {
   AddOnConditionType,
@@ -27,10 +27,10 @@ import {
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
 import { AddonManagerNamespaceDefault, addonAgentUser, addonGroups, templateAgentName } from "../../shared/api/addon-strings.ts";
-import { findCondition, isTrue } from "../../shared/conditions.ts";
+import { findCondition } from "../../shared/conditions.ts";
 import { manualClock } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Io } from "../../shared/harness.ts";
-import { bootstrappedHubClient, clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
+import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
 import { X509Certificate } from "node:crypto";
 import { createCertificateAuthority, isIssuedBy, readCertificate } from "../../shared/pki.ts";
 import { enableAddon } from "../../cli/addon.ts";
@@ -40,6 +40,13 @@ import * as manager from "../../functions/addon-manager/reconcile.ts";
 import * as approver from "../../functions/addon-csr-approver/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { joinedThenQuiet } from "../support/fixtures.ts";
+
+// Own timeouts, not the runner's defaults: starting the fleet (control planes, functions, relays) and
+// joining take up to a minute or two on a loaded 2-core machine; a test waits up to 30 s for the cluster's
+// identity and CSRs on a live fleet.
+const FLEET_START_MS = 240_000;
+const FLEET_TEST_MS = 90_000;
 
 const C = "cluster1";
 const HUB = "hub";
@@ -63,21 +70,9 @@ beforeAll(async () => {
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(C).adminKubeconfig);
   const hubCluster = fleet.clusters.get(HUB);
   fnKubeconfig = await identityFor(fleet.clusters.get(C), spec.name);
-  // Joined, and the cluster's identity may already read its add-ons (granted at acceptance).
-  const io = agent().io;
-  await eventually(async () => {
-    expect(isTrue((await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, C))?.status?.conditions, "ManagedClusterJoined")).toBe(true);
-    const got = await bootstrappedHubClient(io.cluster(C), io.config, new Date());
-    if (!("hub" in got)) throw new Error(got.reason);
-    try {
-      await got.hub.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C });
-    } finally {
-      got.hub.close();
-    }
-  }, { timeoutMs: 60_000 });
-  // From here the test drives every function itself: the fleet's own get no more events.
-  await fleet.stopRelay(HUB);
-  await fleet.stopRelay(C);
+  // Joined, and the cluster's identity may already read its add-ons (granted at acceptance). From here
+  // the test drives every function itself: the fleet's own get no more events.
+  await joinedThenQuiet(fleet, C, agent().io, (asCluster) => asCluster.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C }));
 
   await applyManifests(hub, readFileSync(join(import.meta.dirname, "..", "..", "manifests", "addons", "helloworld.yaml"), "utf8"));
   managerIo = testIo({ [HUB]: await identityFor(hubCluster, manager.spec.name) }, { hubCluster: HUB });
@@ -89,7 +84,7 @@ beforeAll(async () => {
   await spoke.create(NamespaceResource, { metadata: { name: DEFAULT_NS } });
   await eventually(() => managerIo.cluster(HUB).list(ManagedClusterAddOnV1alpha1Resource));
   await eventually(() => approverIo.cluster(HUB).get(SecretResource, CA_SECRET, AddonManagerNamespaceDefault));
-});
+}, FLEET_START_MS);
 afterAll(async () => {
   spoke?.close();
   await fleet?.stop();
@@ -153,7 +148,7 @@ async function issued(a: ReturnType<typeof agent>, addon: string, secret: { name
 const keysOf = (s: Secret | undefined) => Object.keys(s?.data ?? {}).sort();
 const rotatedCondition = async (addon: string) => findCondition((await readAddon(addon)).status?.conditions, AddOnConditionType.ClusterCertificateRotated);
 
-describe("what a registration asks for", () => {
+describe("what a registration asks for", { timeout: FLEET_TEST_MS }, () => {
   type Reg = NonNullable<NonNullable<ManagedClusterAddOnV1alpha1["status"]>["registrations"]>[number];
   const mca = (registrations: Reg[], o: { namespace?: string; spec?: string } = {}): ManagedClusterAddOnV1alpha1 => ({
     metadata: { name: "a", namespace: "c" },
@@ -196,7 +191,7 @@ describe("what a registration asks for", () => {
   });
 });
 
-describe("kubeClient registrations", () => {
+describe("kubeClient registrations", { timeout: FLEET_TEST_MS }, () => {
   it("writes <a>-hub-kubeconfig, whose kubeconfig authenticates on the hub as the registration's user", async () => {
     const a = agent();
     expect(await enableAddon(hub, { addon: HELLO, clusters: [C] })).toEqual([{ cluster: C, result: "created" }]);
@@ -270,7 +265,7 @@ describe("kubeClient registrations", () => {
   });
 });
 
-describe("custom signers", () => {
+describe("custom signers", { timeout: FLEET_TEST_MS }, () => {
   it("writes <a>-<signer>-client-cert signed by the template's CA", async () => {
     const a = agent();
     const signerName = `example.com/signer-${suffix()}`;
@@ -306,7 +301,7 @@ describe("custom signers", () => {
   });
 });
 
-describe("rotation", () => {
+describe("rotation", { timeout: FLEET_TEST_MS }, () => {
   it("requests a new certificate at 85 % of the old one's life, replaces the secret and reports ClusterCertificateRotated", async () => {
     const a = agent({ clientCertExpirationSeconds: 3600 });
     const addon = await templateAddon({ registrations: [{ type: "KubeClient" }] });
@@ -349,7 +344,7 @@ describe("rotation", () => {
   });
 });
 
-describe("removing credentials", () => {
+describe("removing credentials", { timeout: FLEET_TEST_MS }, () => {
   type Agent = ReturnType<typeof agent>;
   // Each row starts from an issued kubeClient credential in the default install namespace.
   type Row = { name: string; when: (addon: string, a: Agent) => Promise<void>; then: (addon: string) => Promise<void> };
@@ -398,7 +393,7 @@ describe("removing credentials", () => {
   });
 });
 
-describe("events", () => {
+describe("events", { timeout: FLEET_TEST_MS }, () => {
   it("collects a certificate through the real faas-js-runtime server, and answers 400 to a malformed event", async () => {
     const a = agent();
     const addon = await templateAddon({ registrations: [{ type: "KubeClient" }] });
@@ -423,10 +418,14 @@ describe("events", () => {
 
   it("skips secrets that are not add-on credentials, and other clusters' add-ons", async () => {
     const a = agent();
+    const addon = await templateAddon({ registrations: [{ type: "KubeClient" }] });
     const secret = { apiVersion: "v1", kind: "Secret", metadata: { name: "unrelated", namespace: "default" } };
     expect((await handleEvent(spec, a.io, objectEvent({ cluster: C, object: secret }))).statusCode).toBe(204);
-    const other = { apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", metadata: { name: "x", namespace: "another-cluster" } };
-    const reply = await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: other }));
-    expect(reply.statusCode).toBe(204);
+    const addonIn = (namespace: string) => ({ apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", metadata: { name: addon, namespace } });
+    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn("another-cluster") }))).statusCode).toBe(204);
+    expect(await csrsOf(addon)).toEqual([]);
+    // control: the same add-on in this cluster's namespace asks for its certificate
+    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn(C) }))).statusCode).toBe(204);
+    expect(await csrsOf(addon)).toHaveLength(1);
   });
 });

@@ -3,7 +3,7 @@
 // cluster's agent.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { isDeepStrictEqual } from "node:util";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
 import {
@@ -27,48 +27,32 @@ import { createCertificateRequest, generateKeyPair } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io, type Reply } from "../../shared/harness.ts";
 import { spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
 import { clusterRole } from "../../functions/cluster-acceptor/rbac.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { allowCsrRequests, bootstrapIdentities, functionIo, startHub, type Hub, type Requester } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
-let autoApprover: { user: string; client: KubeClient };
-let otherBootstrapper: { user: string; client: KubeClient };
-let edgeBootstrapper: { user: string; client: KubeClient }; // an auto-approval user for edge-* clusters only
+let autoApprover: Requester;
+let otherBootstrapper: Requester;
+let edgeBootstrapper: Requester; // an auto-approval user for edge-* clusters only
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB] });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  // Bootstrap identities may create CSRs, as OCM's bootstrap role allows.
-  await admin.create(ClusterRoleResource, {
-    metadata: { name: "test:csr-requester" },
-    rules: [{ apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["create", "get"] }],
-  });
-  await admin.create(ClusterRoleBindingResource, {
-    metadata: { name: "test:csr-requester" },
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "test:csr-requester" },
-    subjects: [{ kind: "Group", apiGroup: "rbac.authorization.k8s.io", name: BOOTSTRAP_GROUP }],
-  });
-  const [auto, other, edge] = await Promise.all([1, 2, 3].map(() => hub.createBootstrapToken([BOOTSTRAP_GROUP])));
-  autoApprover = { user: auto!.user, client: KubeClient.fromKubeconfig(auto!.kubeconfig) };
-  otherBootstrapper = { user: other!.user, client: KubeClient.fromKubeconfig(other!.kubeconfig) };
-  edgeBootstrapper = { user: edge!.user, client: KubeClient.fromKubeconfig(edge!.kubeconfig) };
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*`] });
-  // Wait until the function's RBAC is in force and the CRDs' storage is ready (it answers 429 at first).
-  await eventually(() => Promise.all([ManagedClusterResource, ManifestWorkResource].map((r) => io.cluster(HUB).list(r))));
+  plane = await startHub(HUB, { controllers: true });
+  ({ cluster: hub, admin } = plane);
+  await allowCsrRequests(admin, [BOOTSTRAP_GROUP]);
+  [autoApprover, otherBootstrapper, edgeBootstrapper] = (await bootstrapIdentities(hub, BOOTSTRAP_GROUP, 3)) as [Requester, Requester, Requester];
+  const config = { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*`] };
+  io = await functionIo(hub, spec.name, config, [ManagedClusterResource, ManifestWorkResource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 async function createCluster(name: string, hubAcceptsClient: boolean): Promise<ManagedCluster> {
   return admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient } });
@@ -387,6 +371,9 @@ describe("event delivery", () => {
     }
     expect((await readCluster(c))!.metadata.resourceVersion).toBe(created.metadata.resourceVersion);
     expect(await stateOf(c)).toMatchObject({ ...untouchedState, hubAcceptsClient: true });
+    // control: the same event, well formed, accepts the cluster
+    expect((await handleEvent(spec, io, clusterEvent(created))).statusCode).toBe(204);
+    expect(await stateOf(c)).toMatchObject(acceptedState);
   });
 
   it("accepts through the real faas-js-runtime HTTP server, answering 204", async () => {

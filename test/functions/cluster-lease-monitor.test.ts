@@ -1,7 +1,6 @@
 // The cluster-lease-monitor function against a real hub, under its own RBAC. Grace periods are
 // crossed by moving the injected clock; leases are renewed by writing renewTime as an agent would.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { EventResource, LeaseResource, NamespaceResource } from "../../shared/api/kube.ts";
 import {
@@ -18,8 +17,8 @@ import { findCondition, setCondition } from "../../shared/conditions.ts";
 import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io, type Outcome } from "../../shared/harness.ts";
 import { spec, type Config, type Lease } from "../../functions/cluster-lease-monitor/reconcile.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
-import { eventually } from "../support/eventually.ts";
+import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const S = 1000;
@@ -27,26 +26,17 @@ const suffix = () => Math.random().toString(36).slice(2, 7);
 // keeps a deleted cluster in place with its deletionTimestamp set
 const HOLD = "test.ocm-functions.io/hold";
 
-let local: LocalClusters;
-let hub: LocalCluster;
+let plane: Hub;
 let admin: KubeClient;
 let kubeconfig: string;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  kubeconfig = await identityFor(hub, spec.name);
-  // Wait until the function's RBAC is in force and the CRD's storage is ready (it answers 429 at first).
-  const probe = KubeClient.fromKubeconfig(kubeconfig);
-  await eventually(() => Promise.all([probe.list(ManagedClusterResource), probe.list(LeaseResource)]));
-  probe.close();
+  plane = await startHub(HUB);
+  admin = plane.admin;
+  kubeconfig = await readyIdentity(plane.cluster, spec.name, [ManagedClusterResource, LeaseResource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 type Scene = { c: string; clock: ReturnType<typeof manualClock>; io: Io<Config> };
 
@@ -64,16 +54,15 @@ type Given = {
   deleting?: boolean;
 };
 
+const acceptedCondition = { type: ManagedClusterConditionType.HubAccepted, status: "True", reason: ManagedClusterReason.HubClusterAdminAccepted, message: "Accepted by hub cluster admin" } as const;
+
 async function seed(s: Scene, g: Given = {}): Promise<void> {
   await admin.create(NamespaceResource, { metadata: { name: s.c } });
   const mc = await admin.create<ManagedCluster>(ManagedClusterResource, {
     metadata: { name: s.c, annotations: g.annotations, finalizers: g.deleting ? [HOLD] : undefined },
     spec: { hubAcceptsClient: true, ...(g.leaseDurationSeconds === undefined ? {} : { leaseDurationSeconds: g.leaseDurationSeconds }) },
   });
-  if (g.accepted !== false) {
-    const accepted = { type: ManagedClusterConditionType.HubAccepted, status: "True", reason: ManagedClusterReason.HubClusterAdminAccepted, message: "Accepted by hub cluster admin" } as const;
-    await admin.patch(ManagedClusterResource, s.c, { status: { conditions: setCondition([], accepted, s.clock.now()) } }, { subresource: "status" });
-  }
+  if (g.accepted !== false) await admin.patch(ManagedClusterResource, s.c, { status: { conditions: setCondition([], acceptedCondition, s.clock.now()) } }, { subresource: "status" });
   if (g.renewedAgoS !== "no lease") await writeLease(s, new Date(s.clock.now().getTime() - (g.renewedAgoS ?? 0) * S));
   if (g.deleting) await admin.delete(ManagedClusterResource, mc.metadata.name!);
 }
@@ -207,6 +196,10 @@ describe("lease expiry", () => {
     expect(await reconcile(s)).toEqual({ done: true });
     expect(await stateOf(s.c)).toEqual(before);
     expect(before).toMatchObject({ available: "none", clock: "none", lease: "none", unknownEvents: 0 });
+    // control: once accepted, the same reconcile makes the cluster's lease
+    await admin.patch(ManagedClusterResource, s.c, { status: { conditions: setCondition([], acceptedCondition, s.clock.now()) } }, { subresource: "status" });
+    await reconcile(s);
+    expect((await stateOf(s.c)).lease).toBe("present");
   });
 });
 
@@ -278,6 +271,9 @@ describe("event delivery", () => {
       expect(reply.statusCode, reply.body).toBe(204);
     }
     expect(await stateOf(s.c)).toEqual(before);
+    // control: the cluster's own lease from the hub is judged, and it has expired
+    expect((await handleEvent(spec, s.io, objectEvent({ cluster: HUB, object: lease }))).statusCode).toBe(204);
+    expect((await stateOf(s.c)).available).toBe(unknown);
   });
 
   it("answers a malformed event with 400 and changes nothing", async () => {
@@ -289,5 +285,8 @@ describe("event delivery", () => {
       expect((await handleEvent(spec, s.io, event)).statusCode).toBe(400);
     }
     expect(await stateOf(s.c)).toEqual(before);
+    // control: well formed, the same event makes the accepted cluster's missing lease
+    expect((await handleEvent(spec, s.io, { ...withoutCluster, cluster: HUB })).statusCode).toBe(204);
+    expect((await stateOf(s.c)).lease).toBe("present");
   });
 });

@@ -1,7 +1,6 @@
 // The cluster-taints function against a real hub, under its own RBAC: taints follow the Available
 // condition, keep their timeAdded, and nothing is written when nothing changes.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, TaintEffect, TaintKey, type ManagedCluster, type Taint } from "../../shared/api/cluster.ts";
 import type { NewCondition } from "../../shared/conditions.ts";
@@ -9,32 +8,24 @@ import { setCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
 import { spec, type Config } from "../../functions/cluster-taints/reconcile.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
-import { eventually } from "../support/eventually.ts";
+import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 const HOLD = "test.ocm-functions.io/hold";
 
-let local: LocalClusters;
-let hub: LocalCluster;
+let plane: Hub;
 let admin: KubeClient;
 let kubeconfig: string;
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], controllers: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  kubeconfig = await identityFor(hub, spec.name);
-  const probe = KubeClient.fromKubeconfig(kubeconfig);
-  await eventually(() => probe.list(ManagedClusterResource));
-  probe.close();
+  plane = await startHub(HUB);
+  admin = plane.admin;
+  kubeconfig = await readyIdentity(plane.cluster, spec.name, [ManagedClusterResource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 type Scene = { c: string; clock: ReturnType<typeof manualClock>; io: Io<Config> };
 function scene(): Scene {
@@ -159,5 +150,8 @@ describe("event delivery", () => {
       expect((await handleEvent(spec, s.io, bad)).statusCode).toBe(400);
     }
     expect((await readCluster(s.c))!.metadata.resourceVersion).toBe(mc.metadata.resourceVersion);
+    // control: the same event, well formed, does taint the cluster
+    expect((await handleEvent(spec, s.io, event)).statusCode).toBe(204);
+    expect((await taintsOf(s.c)).map((t) => t.key)).toEqual([TaintKey.Unreachable]);
   });
 });

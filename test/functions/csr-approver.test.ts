@@ -2,7 +2,7 @@
 // OCM (a bootstrap token, an agent's own certificate), the function runs under its own RBAC, and
 // kube-controller-manager signs what it approves.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { startClusters, type LocalClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
+import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, ClusterRoleBindingResource, ClusterRoleResource, KubeAPIServerClientSignerName, SubjectAccessReviewResource } from "../../shared/api/kube.ts";
 import { CsrConditionType, KeyUsage, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
@@ -13,48 +13,32 @@ import { resourcePath } from "../../shared/kube/client.ts";
 import { createCertificateRequest, generateKeyPair, type Subject } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
 import { spec, type Config } from "../../functions/csr-approver/reconcile.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { allowCsrRequests, bootstrapIdentities, functionIo, startHub, type Hub, type Requester } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
-let local: LocalClusters;
+let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
-let autoApprover: { user: string; client: KubeClient }; // a bootstrap token listed in autoApprovalUsers
-let otherBootstrapper: { user: string; client: KubeClient };
-let edgeBootstrapper: { user: string; client: KubeClient }; // an auto-approval user for edge-* and exactly "lab" only
+let autoApprover: Requester; // a bootstrap token listed in autoApprovalUsers
+let otherBootstrapper: Requester;
+let edgeBootstrapper: Requester; // an auto-approval user for edge-* and exactly "lab" only
 
 beforeAll(async () => {
-  local = await startClusters({ names: [HUB], crds: false });
-  hub = local.get(HUB);
-  admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
-  // Requesters may create CSRs, as OCM's bootstrap role and the per-cluster role allow.
-  await admin.create(ClusterRoleResource, {
-    metadata: { name: "test:csr-requester" },
-    rules: [{ apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["create", "get"] }],
-  });
-  await admin.create(ClusterRoleBindingResource, {
-    metadata: { name: "test:csr-requester" },
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "test:csr-requester" },
-    subjects: [BOOTSTRAP_GROUP, ManagedClustersGroup].map((name) => ({ kind: "Group", apiGroup: "rbac.authorization.k8s.io", name })),
-  });
-  const [auto, other, edge] = await Promise.all([1, 2, 3].map(() => hub.createBootstrapToken([BOOTSTRAP_GROUP])));
-  autoApprover = { user: auto!.user, client: KubeClient.fromKubeconfig(auto!.kubeconfig) };
-  otherBootstrapper = { user: other!.user, client: KubeClient.fromKubeconfig(other!.kubeconfig) };
-  edgeBootstrapper = { user: edge!.user, client: KubeClient.fromKubeconfig(edge!.kubeconfig) };
-  io = testIo({ [HUB]: await identityFor(hub, spec.name) }, { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*|lab`] });
-  // RBAC reaches the authorizer through an informer: wait until the function's identity is in force.
-  await eventually(() => io.cluster(HUB).list(CertificateSigningRequestResource));
+  plane = await startHub(HUB, { controllers: true, crds: false });
+  ({ cluster: hub, admin } = plane);
+  await allowCsrRequests(admin, [BOOTSTRAP_GROUP, ManagedClustersGroup]);
+  [autoApprover, otherBootstrapper, edgeBootstrapper] = (await bootstrapIdentities(hub, BOOTSTRAP_GROUP, 3)) as [Requester, Requester, Requester];
+  const config = { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*|lab`] };
+  io = await functionIo(hub, spec.name, config, [CertificateSigningRequestResource]);
 });
 
-afterAll(async () => {
-  admin?.close();
-  await local?.stop();
-});
+afterAll(() => plane?.stop());
 
 // An agent of cluster c speaking with its own certificate, as after bootstrap.
 async function agentOf(c: string): Promise<{ user: string; client: KubeClient }> {
@@ -205,6 +189,9 @@ describe("events", () => {
     const wrongData = { ...objectEvent({ cluster: HUB, object: csr }), data: { metadata: { name: "someone-else" } } };
     expect((await handleEvent(spec, io, wrongData)).statusCode).toBe(400);
     expect((await readCsr(csr.metadata.name)).status?.conditions ?? []).toEqual([]);
+    // control: the same CSR's well-formed event approves it
+    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
+    expect(approvals(await readCsr(csr.metadata.name))).toHaveLength(1);
   });
 
   it("skips events from a cluster other than the hub", async () => {
@@ -212,6 +199,9 @@ describe("events", () => {
     const csr = await createCsr(autoApprover.client, c, agentCsr(c));
     expect((await handleEvent(spec, io, objectEvent({ cluster: "spoke", object: csr, verb: "add" }))).statusCode).toBe(204);
     expect((await readCsr(csr.metadata.name)).status?.conditions ?? []).toEqual([]);
+    // control: the same event from the hub approves it
+    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
+    expect(approvals(await readCsr(csr.metadata.name))).toHaveLength(1);
   });
 
   it("approves through the real faas-js-runtime HTTP server and answers 204, or 400 for a malformed event", async () => {

@@ -21,6 +21,12 @@ import { failureDetail, probeKubeAPIServer, probeStateName } from "../../functio
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 
+// Own timeouts, not the runner's defaults: starting the fleet (control planes, functions, relays) and
+// joining take up to a minute or two on a loaded 2-core machine; a test waits up to 30 s for the spoke's
+// status on a live fleet.
+const FLEET_START_MS = 240_000;
+const FLEET_TEST_MS = 90_000;
+
 const CLUSTER = "c1";
 const { Available, ClockSynced, Joined } = ManagedClusterConditionType;
 const PROBE_ROLE = "open-cluster-management:functions:spoke-cluster-status:kube-apiserver-probe";
@@ -46,7 +52,7 @@ beforeAll(async () => {
   await fleet.stopRelay("hub"); // the hub's lease monitor would set back the ClockSynced the tests write
   spokeAdmin = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
   fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name);
-});
+}, FLEET_START_MS);
 
 afterAll(async () => {
   spokeAdmin?.close();
@@ -88,7 +94,7 @@ async function createNodes(nodes: Record<string, NodeSpec>): Promise<string[]> {
 }
 const deleteNodes = (names: readonly string[]) => Promise.all(names.map((n) => spokeAdmin.delete(NodeResource, n)));
 
-describe("quantities", () => {
+describe("quantities", { timeout: FLEET_TEST_MS }, () => {
   // Node resources sum as apimachinery's Quantity.Add and String() would: the first operand's format.
   it.each([
     { values: ["2", "500m"], sum: "2500m" },
@@ -111,7 +117,7 @@ describe("quantities", () => {
   });
 });
 
-describe("which events wake the function", () => {
+describe("which events wake the function", { timeout: FLEET_TEST_MS }, () => {
   const event = (cluster: string, kind: string, name: string, namespace?: string): FunctionEvent => ({ type: "object", verb: "update", cluster, ref: { apiVersion: "v1", kind, name, namespace } });
   it.each([
     { name: "a node on the spoke", event: event(CLUSTER, "Node", "n1"), wakes: true },
@@ -124,7 +130,7 @@ describe("which events wake the function", () => {
   });
 });
 
-describe("availability", () => {
+describe("availability", { timeout: FLEET_TEST_MS }, () => {
   it("marks the cluster Available and writes the spoke API server's version", async () => {
     const clock = manualClock();
     expect(await run(ioWith({ clock }))).toEqual(done);
@@ -176,7 +182,7 @@ describe("availability", () => {
   });
 });
 
-describe("the kube-apiserver's answer in the condition", () => {
+describe("the kube-apiserver's answer in the condition", { timeout: FLEET_TEST_MS }, () => {
   // OCM prints client-go's error for the answer, which quotes the body only when it is text.
   it.each([
     {
@@ -218,7 +224,7 @@ async function withoutStockHealthGrants(denied: Io<Config>, body: () => Promise<
   }
 }
 
-describe("resources", () => {
+describe("resources", { timeout: FLEET_TEST_MS }, () => {
   const a: NodeSpec = { capacity: { cpu: "2", memory: "4Gi", pods: "110", "ephemeral-storage": "100Gi" }, allocatable: { cpu: "1500m", memory: "3584Mi", pods: "110" } };
   const b: NodeSpec = { capacity: { cpu: "500m", memory: "2Gi", pods: "110" }, allocatable: { cpu: "500m", memory: "1536Mi", pods: "110" } };
   const cordoned: NodeSpec = { capacity: { cpu: "1", memory: "1024Ki", pods: "10" }, allocatable: { cpu: "1", memory: "1024Ki", pods: "10" }, unschedulable: true };
@@ -257,7 +263,7 @@ describe("resources", () => {
   });
 });
 
-describe("claims", () => {
+describe("claims", { timeout: FLEET_TEST_MS }, () => {
   const claim = (name: string, value: string, spokeOnly = false) => ({ name, value, spokeOnly });
   it.each([
     {
@@ -307,7 +313,7 @@ describe("claims", () => {
   });
 });
 
-describe("clock", () => {
+describe("clock", { timeout: FLEET_TEST_MS }, () => {
   it("writes nothing while the hub says the clocks are out of sync, and records that it held back", async () => {
     const clock = manualClock();
     await run(ioWith({ clock }));
@@ -328,7 +334,7 @@ describe("clock", () => {
   });
 });
 
-describe("through the function runtime", () => {
+describe("through the function runtime", { timeout: FLEET_TEST_MS }, () => {
   it("sums a new node's resources when the node's event arrives over HTTP", async () => {
     const io = ioWith();
     const server = await startFunctionServer(serve(spec, () => io));

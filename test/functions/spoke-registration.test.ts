@@ -254,12 +254,18 @@ describe("events", () => {
     expect(reply.body).toMatch(/cluster|kind|name/);
     expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeUndefined();
     expect(await csrsOf(agent.config.clusterName)).toHaveLength(0);
+    // control: a well-formed tick starts the registration
+    expect((await handleEvent(spec, agent.io, tickEvent("spoke"))).statusCode).toBe(204);
+    expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeDefined();
   });
 
   it("skips other agents' secrets", async () => {
     const agent = await newAgent();
-    const reply = await handleEvent(spec, agent.io, objectEvent({ cluster: "spoke", object: { apiVersion: "v1", kind: "Secret", metadata: { name: "someone-else", namespace: AGENT_NS } } }));
-    expect(reply.statusCode).toBe(204);
+    const secretEvent = (name: string) => objectEvent({ cluster: "spoke", object: { apiVersion: "v1", kind: "Secret", metadata: { name, namespace: AGENT_NS } } });
+    expect((await handleEvent(spec, agent.io, secretEvent("someone-else"))).statusCode).toBe(204);
     expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeUndefined();
+    // control: its own bootstrap secret's event starts the registration
+    expect((await handleEvent(spec, agent.io, secretEvent(agent.config.bootstrapSecret))).statusCode).toBe(204);
+    expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeDefined();
   });
 });

@@ -7,12 +7,10 @@ import { startClusters, type LocalClusters } from "../../dev/control-plane/clust
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
-import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { AppliedManifestWorkResource, ManifestWorkResource, WorkFinalizer, type AppliedManifestWork, type ManifestWork, type ManifestWorkSpec } from "../../shared/api/work.ts";
 import { findCondition, isTrue } from "../../shared/conditions.ts";
 import { manualClock } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Io, type Outcome } from "../../shared/harness.ts";
-import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import { parseEvent } from "../../shared/events.ts";
 import { spec, ConfigSchema, hubHashOf, appliedWorkName, type Config } from "../../functions/work-applier/reconcile.ts";
 import { applyOrder } from "../../functions/work-applier/order.ts";
@@ -21,6 +19,13 @@ import { isOwnedByTheWork, mergeOwnerRefs } from "../../functions/work-applier/o
 import { aggregateAvailable } from "../../functions/work-applier/status.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { joinedThenQuiet } from "../support/fixtures.ts";
+
+// Own timeouts, not the runner's defaults: starting the fleet (control planes, functions, relays) and
+// joining take up to a minute or two on a loaded 2-core machine; a test waits up to 30 s for objects
+// applied on a live fleet.
+const FLEET_START_MS = 240_000;
+const FLEET_TEST_MS = 90_000;
 
 const SPOKE = "cluster1";
 const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
@@ -45,23 +50,11 @@ beforeAll(async () => {
   identityKubeconfig = await identityFor(fleet.clusters.get(SPOKE), spec.name);
   io = testIo({ [SPOKE]: identityKubeconfig }, config, clock);
   hubHash = hubHashOf(fleet.clusters.get("hub").url);
-  // Joined, and the cluster's identity already holds the work role in its namespace.
-  await eventually(async () => {
-    const mc = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, SPOKE);
-    expect(isTrue(mc?.status?.conditions, "ManagedClusterJoined")).toBe(true);
-    const got = await bootstrappedHubClient(io.cluster(SPOKE), config, new Date());
-    if (!("hub" in got)) throw new Error(got.reason);
-    try {
-      await got.hub.list(ManifestWorkResource, { namespace: SPOKE });
-    } finally {
-      got.hub.close();
-    }
-  }, { timeoutMs: 60_000 });
-  // From here on the tests' calls are the work agent's only invocations: the fleet's own work-applier
-  // would otherwise race them for the same works.
-  await fleet.stopRelay(SPOKE);
-  await fleet.stopRelay("hub");
-});
+  // Joined, and the cluster's identity already holds the work role in its namespace. From here on the
+  // tests' calls are the work agent's only invocations: the fleet's own work-applier would otherwise
+  // race them for the same works.
+  await joinedThenQuiet(fleet, SPOKE, io, (asCluster) => asCluster.list(ManifestWorkResource, { namespace: SPOKE }));
+}, FLEET_START_MS);
 afterAll(async () => {
   spoke?.close();
   await fleet?.stop();
@@ -103,7 +96,7 @@ async function runUntilGone(name: string): Promise<void> {
   }, { timeoutMs: 45_000 });
 }
 
-describe("applying a work", () => {
+describe("applying a work", { timeout: FLEET_TEST_MS }, () => {
   it("applies a Namespace, ConfigMap and Deployment in kind order and reports Applied and Available", async () => {
     const id = suffix();
     const ns = `ns-${id}`;
@@ -158,7 +151,7 @@ describe("applying a work", () => {
   });
 });
 
-describe("changing a work", () => {
+describe("changing a work", { timeout: FLEET_TEST_MS }, () => {
   it("updates the spoke object when its manifest changes, and reverts edits made on the spoke", async () => {
     const name = `work-${suffix()}`;
     const cm = `cm-${suffix()}`;
@@ -254,7 +247,7 @@ describe("changing a work", () => {
   });
 });
 
-describe("deleting a work", () => {
+describe("deleting a work", { timeout: FLEET_TEST_MS }, () => {
   type Row = { name: string; deleteOption?: ManifestWorkSpec["deleteOption"]; owned: { a: boolean; b: boolean } };
   const rows: Row[] = [
     { name: "Foreground (the default) deletes everything the work applied", owned: { a: true, b: true } },
@@ -321,7 +314,7 @@ describe("deleting a work", () => {
   });
 });
 
-describe("refusing what OCM's webhook rejects", () => {
+describe("refusing what OCM's webhook rejects", { timeout: FLEET_TEST_MS }, () => {
   const big = (cm: string) => configMap("default", cm, { blob: "x".repeat(520 * 1024) });
   const rows: { name: string; manifests: (cm: string) => Manifest[]; message: (cm: string) => string }[] = [
     {
@@ -348,7 +341,7 @@ describe("refusing what OCM's webhook rejects", () => {
   });
 });
 
-describe("events", () => {
+describe("events", { timeout: FLEET_TEST_MS }, () => {
   it("applies the work a ManifestWork event names, through the real faas-js-runtime HTTP server", async () => {
     const name = `work-${suffix()}`;
     const cm = `cm-${suffix()}`;
@@ -392,7 +385,7 @@ const strategyFor = (cm: string, updateStrategy: NonNullable<NonNullable<Manifes
   manifestConfigs: [{ resourceIdentifier: { group: "", resource: "configmaps", namespace: "default", name: cm }, updateStrategy }],
 });
 
-describe("update strategies", () => {
+describe("update strategies", { timeout: FLEET_TEST_MS }, () => {
   it("CreateOnly creates the object and never updates it", async () => {
     const name = `work-${suffix()}`;
     const cm = `cm-${suffix()}`;
@@ -474,7 +467,7 @@ describe("update strategies", () => {
   });
 });
 
-describe("status feedback", () => {
+describe("status feedback", { timeout: FLEET_TEST_MS }, () => {
   const rawIo = () => testIo({ [SPOKE]: identityKubeconfig }, ConfigSchema.parse({ managementCluster: SPOKE, clusterName: SPOKE, rawFeedbackJsonString: true }), clock);
   type Row = { name: string; manifest: (n: string) => Manifest; rules: NonNullable<NonNullable<ManifestWorkSpec["manifestConfigs"]>[number]["feedbackRules"]>; raw?: boolean; values: unknown[]; condition: { status: string; reason: string; message?: string } };
   const rows: Row[] = [
@@ -554,7 +547,7 @@ describe("status feedback", () => {
 });
 
 // The pure decisions, at the level of values (no cluster involved).
-describe("decisions", () => {
+describe("decisions", { timeout: FLEET_TEST_MS }, () => {
   it.each([
     { name: "namespaces and CRDs first, workloads after config, unknown kinds last", kinds: ["Widget", "Deployment", "ConfigMap", "CustomResourceDefinition", "Namespace", "Service", "Role"], then: [3, 4, 6, 2, 5, 1, 0] },
     { name: "same rank keeps spec order; unparsable manifests go last", kinds: [undefined, "Secret", "ConfigMap", "Foo", "Bar"], then: [1, 2, 3, 4, 0] },
