@@ -129,7 +129,7 @@ async function startSink(answer: (r: Received, nthForId: number) => Answer = () 
     server.closeAllConnections();
     await close();
   });
-  return { url: `http://127.0.0.1:${port}/`, received, maxOpen: () => maxOpen };
+  return { url: `http://127.0.0.1:${port}/`, received, maxOpen: () => maxOpen, open: () => open };
 }
 
 type Sink = Awaited<ReturnType<typeof startSink>>;
@@ -397,6 +397,25 @@ describe("delivery", () => {
     await eventually(() => expect(r.status().sinks[0]!.rechecks).toBe(1));
     await eventually(() => expect(calls.filter((c) => c.name === "r1").map((c) => `${c.verb}:${c.v}`)).toEqual(["add:1", "update:2", "update:2"]));
     expect(r.status().sinks[0]).toMatchObject({ delivered: 3, rejected: 0 });
+  });
+
+  it("lets a delivery already sent finish when it stops, and counts its answer", async () => {
+    const ns = await namespace(hub, "drain");
+    await admin(hub).create(ConfigMapResource, configMap(ns, "slow"));
+    // The function is still working when the stop comes: cutting it off would leave it writing with
+    // nobody waiting for its answer.
+    const sink = await startSink(() => ({ status: 204, delayMs: 500 }));
+    const r = relay({
+      clusters: { hub: { kubeconfig: await watcherKubeconfig(hub, [ConfigMapResource], ns) } },
+      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+      sinks: [{ name: "slow", url: sink.url }],
+    });
+    await eventually(() => expect(sink.received).toHaveLength(1));
+    expect(sink.open()).toBe(1);
+    await r.stop();
+    expect(sink.open()).toBe(0);
+    expect(r.status().sinks[0]).toMatchObject({ delivered: 1, inFlight: 0, pending: 0 });
+    expect(r.status().sources[0]!.state).toBe("stopped");
   });
 
   it("stops at once while a retry waits, with nothing left in flight", async () => {

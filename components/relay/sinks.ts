@@ -105,8 +105,11 @@ export function startSink(o: SinkOptions): Sink {
   async function deliver(envelope: Envelope): Promise<void> {
     const backoff = exponentialBackoff(delivery.backoff);
     for (let attempts = 1; ; attempts++) {
-      const a = await slots.run(() => post(envelope.event));
+      // A stop lets a POST already sent finish (its answer still counts) but sends no new one: a function
+      // cut off mid-request would go on working with nobody waiting for its answer.
       if (stopping.signal.aborted) return;
+      const a = await slots.run(() => (stopping.signal.aborted ? Promise.resolve(undefined) : post(envelope.event)));
+      if (!a) return;
       const base = { ...where, id: envelope.event.id, type: envelope.event.type, key: envelope.key, status: a.status, attempts };
       if (a.status !== null && a.status >= 200 && a.status < 300) {
         counts.delivered++;
@@ -151,7 +154,7 @@ export function startSink(o: SinkOptions): Sink {
         method: "POST",
         headers,
         body: event.data === undefined ? undefined : (message.body as string | undefined),
-        signal: AbortSignal.any([stopping.signal, AbortSignal.timeout(delivery.timeoutMs)]),
+        signal: AbortSignal.timeout(delivery.timeoutMs),
       });
       const body = await res.text();
       return {
@@ -168,6 +171,7 @@ export function startSink(o: SinkOptions): Sink {
   // The function asked to be called again for this key: re-send the latest state then. A later ask
   // for the same key replaces an earlier one.
   function scheduleRecheck(envelope: Envelope, afterMs: number): void {
+    if (stopping.signal.aborted) return; // an answer that arrived while stopping
     clearTimeout(rechecks.get(envelope.key));
     const timer = setTimeout(() => {
       rechecks.delete(envelope.key);
