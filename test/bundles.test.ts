@@ -145,6 +145,20 @@ describe("a bad setting stops a function bundle at start with one line naming th
     expect(lines[0]).toMatch(new RegExp(`^${fn}: invalid configuration: ${variable}\\b`));
   });
 
+  // A setting is checked after the module's imports have run, so this also shows that every bundle
+  // loads all it holds (a library needing another loaded first fails here, not in production).
+  it("every function bundle loads all its modules, then stops at the missing kubeconfig folder", async () => {
+    const functions = bundles.filter((b) => functionNames().includes(b.name));
+    expect(functions).toHaveLength(functionNames().length);
+    const lines = await Promise.all(
+      functions.map(async (b) => {
+        const p = run([b.file], { PORT: String(await freePort()), OCM_KUBECONFIG_DIR: "/nonexistent" });
+        return { code: await p.exit, output: p.output().trim() };
+      }),
+    );
+    for (const [i, b] of functions.entries()) expect(lines[i], b.name).toEqual({ code: 1, output: expect.stringMatching(new RegExp(`^${b.name}: invalid configuration: [A-Z_]+\\b[^\\n]*$`)) });
+  });
+
   it("the function module throws as it loads when faas-js-runtime's CLI loads it from source", async () => {
     const p = run([join(root, "node_modules/faas-js-runtime/bin/cli.js"), "functions/cluster-acceptor/index.ts"], { FUNC_PORT: String(await freePort()), OCM_CLUSTER_AUTO_APPROVAL_USERS: "=x" }, root);
     // The runtime logs what the import threw and ends without a server (its exit code is 0).

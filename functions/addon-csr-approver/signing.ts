@@ -3,8 +3,10 @@
 // client auth, valid from now for the given duration but never past the CA. The CA key may be EC (as
 // this project's PKI makes them) or RSA (what OCM's signer accepts, PKCS#1).
 import { createPrivateKey, webcrypto } from "node:crypto";
+// First: shared/pki.ts loads reflect-metadata, which @peculiar/x509 needs before it loads, and installs
+// the crypto provider it uses.
+import { firstPemBlock } from "../../shared/pki.ts";
 import * as x509 from "@peculiar/x509";
-import { firstPemBlock } from "../../shared/pki.ts"; // also installs the crypto provider @peculiar/x509 uses
 
 export type SigningCa = { certPem: string; keyPem: string; now: Date; durationMs: number };
 
