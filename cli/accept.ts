@@ -7,6 +7,7 @@ import { rfc3339 } from "../shared/clock.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
 import { recogniseAgentCsr } from "../shared/cluster-csr.ts";
 import { readRequest } from "../shared/pki.ts";
+import { again } from "./transient.ts";
 
 const BOOTSTRAP_USER_PREFIX = "system:bootstrap:";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
@@ -24,7 +25,7 @@ export type AcceptResult = {
 // caller's credentials; clusteradm's --requesters names common names instead, but a planted request can
 // copy the real agent's common name, so it cannot tell the two apart.
 export async function acceptCluster(hub: KubeClient, cluster: string, o: { requesters?: readonly string[] } = {}): Promise<AcceptResult> {
-  const { items } = await hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` });
+  const { items } = await again(() => hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` }));
   const bootstrap = items.filter((c) => c.spec.username?.startsWith(BOOTSTRAP_USER_PREFIX) && c.spec.groups?.includes(BOOTSTRAP_GROUP));
   // As clusteradm, requests already decided count too: a new identity asking after the cluster joined is
   // as suspect as two asking at once.

@@ -3,9 +3,10 @@ import { ManagedClusterResource, ManagedClusterConditionType, type ManagedCluste
 import { findCondition } from "../shared/conditions.ts";
 import { ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
+import { again } from "./transient.ts";
 
 export async function clusterTable(hub: KubeClient, now = new Date()): Promise<string> {
-  const { items } = await hub.list<ManagedCluster & KubeObject>(ManagedClusterResource);
+  const { items } = await again(() => hub.list<ManagedCluster & KubeObject>(ManagedClusterResource));
   const rows = items.map((mc) => {
     const status = (t: string) => findCondition(mc.status?.conditions, t)?.status ?? "";
     const created = Date.parse(String(mc.metadata.creationTimestamp ?? now.toISOString()));
@@ -30,7 +31,7 @@ function age(ms: number): string {
 
 // What `kubectl get managedclusters -o wide` does not show: version, capacity and taints per cluster.
 export async function clusterDetails(hub: KubeClient): Promise<string> {
-  const { items } = await hub.list<ManagedCluster & KubeObject>(ManagedClusterResource);
+  const { items } = await again(() => hub.list<ManagedCluster & KubeObject>(ManagedClusterResource));
   const rows = items.map((mc) => [
     mc.metadata.name ?? "",
     mc.status?.version?.kubernetes ?? "",
@@ -43,7 +44,7 @@ export async function clusterDetails(hub: KubeClient): Promise<string> {
 
 // `kubectl get managedclusteraddons -A`: the printer columns of OCM's CRD.
 export async function addonTable(hub: KubeClient): Promise<string> {
-  const { items } = await hub.list<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ManagedClusterAddOnV1alpha1Resource);
+  const { items } = await again(() => hub.list<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ManagedClusterAddOnV1alpha1Resource));
   if (!items.length) return "";
   const status = (a: (typeof items)[number], t: string) => a.status?.conditions?.find((c) => c.type === t)?.status ?? "";
   const rows = items.map((a) => [a.metadata.namespace ?? "", a.metadata.name ?? "", status(a, "Available"), status(a, "Degraded"), status(a, "Progressing")]);
