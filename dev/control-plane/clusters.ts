@@ -35,6 +35,11 @@ export type StartOptions = {
   // Default: on whenever the OCM CRDs are installed; false opts out.
   admission?: boolean;
   apiserverFlags?: readonly string[]; // extra kube-apiserver flags, after ours (e.g. --enable-aggregator-routing=true)
+  // For clusters with a node (dev/control-plane/node.ts): addresses pods reach the API server at, added
+  // to its serving certificate, and the ServiceAccount admission plugin kept on so pods get tokens
+  // (then run the serviceaccount-controller, or pods are refused for want of a default ServiceAccount).
+  servingHosts?: readonly string[];
+  serviceAccountAdmission?: boolean;
   log?: (line: string) => void;
 };
 
@@ -276,7 +281,7 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
     freePort(),
   ]);
   const cluster = new LocalCluster({ name, port, dir, servingCa, clientCa });
-  const serving = await issueCertificate(servingCa, { subject: { commonName: "kube-apiserver" }, usage: "server", hosts: ["127.0.0.1", "localhost", "::1"] });
+  const serving = await issueCertificate(servingCa, { subject: { commonName: "kube-apiserver" }, usage: "server", hosts: ["127.0.0.1", "localhost", "::1", ...(o.servingHosts ?? [])] });
   const files: Record<string, string> = {
     "serving.crt": serving.certPem,
     "serving.key": serving.keyPem,
@@ -302,7 +307,7 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
     "--service-cluster-ip-range=10.0.0.0/24",
     "--authorization-mode=RBAC",
     "--enable-bootstrap-token-auth",
-    "--disable-admission-plugins=ServiceAccount",
+    ...(o.serviceAccountAdmission ? [] : ["--disable-admission-plugins=ServiceAccount"]),
     "--enable-priority-and-fairness=false",
     "--endpoint-reconciler-type=none",
     "--profiling=false",
