@@ -7,6 +7,7 @@
 #   scripts/build-tools.sh knative    # also the ApiServerSource receive adapter; prints its path last
 #   scripts/build-tools.sh registry   # also distribution's OCI registry (npm run images -- --push); prints its path last
 #   scripts/build-tools.sh knative-webhooks  # also Knative Serving's and Eventing's webhooks; prints their paths last
+#   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs and kubelet; prints their paths last, in that order
 #   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -71,4 +72,20 @@ if [ "${1:-}" = "knative-webhooks" ]; then
   build knative-webhooks "knative-eventing-webhook-$eventing_version" knative.dev/eventing/cmd/webhook "-s -w"
   echo "$bin/knative-serving-webhook-$serving_version"
   echo "$bin/knative-eventing-webhook-$eventing_version"
+fi
+if [ "${1:-}" = "node" ]; then
+  # Our own pause program (tools/pause), the sandbox image's only file, the probe a test pod runs,
+  # and kubelet and kube-scheduler from the same module and stamps as kube-apiserver so the node
+  # reports the cluster's version. Neither is a `tool` in tools/kube/go.mod; -mod=mod resolves them
+  # from the same pinned requirements (adding the two sums kubelet needs beyond kube-apiserver's to go.sum).
+  # Named by a hash of their sources, so an edit builds anew while a rerun does nothing.
+  pause_hash=$(cat "$here"/tools/pause/go.mod "$here"/tools/pause/*.go "$here"/tools/pause/probe/*.go | sha256sum | cut -c1-12)
+  build pause "pause-$pause_hash" ocm-functions.invalid/tools/pause "-s -w"
+  build pause "probe-$pause_hash" ocm-functions.invalid/tools/pause/probe "-s -w"
+  build kube kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
+  build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
+  echo "$bin/kube-scheduler"
+  echo "$bin/pause-$pause_hash"
+  echo "$bin/probe-$pause_hash"
+  echo "$bin/kubelet"
 fi
