@@ -7,7 +7,8 @@
 #   scripts/build-tools.sh knative    # also the ApiServerSource receive adapter; prints its path last
 #   scripts/build-tools.sh registry   # also distribution's OCI registry (npm run images -- --push); prints its path last
 #   scripts/build-tools.sh knative-webhooks  # also Knative Serving's and Eventing's webhooks; prints their paths last
-#   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs and kubelet; prints their paths last, in that order
+#   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs, kube-proxy, CoreDNS
+#                                     # and kubelet; prints their paths last, in that order (kubelet last)
 #   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -84,8 +85,16 @@ if [ "${1:-}" = "node" ]; then
   build pause "probe-$pause_hash" ocm-functions.invalid/tools/pause/probe "-s -w"
   build kube kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
   build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
+  build kube kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kube_ldflags"
+  # CoreDNS from its own wrapper module (tools/coredns: its version and our choice of plugins), named
+  # by both so a bump or an edit of main.go builds anew.
+  coredns_version=$(version_of github.com/coredns/coredns "$here/tools/coredns")
+  coredns_hash=$(cat "$here"/tools/coredns/go.mod "$here"/tools/coredns/*.go | sha256sum | cut -c1-12)
+  build coredns "coredns-$coredns_version-$coredns_hash" ocm-functions.invalid/tools/coredns "-s -w"
   echo "$bin/kube-scheduler"
   echo "$bin/pause-$pause_hash"
   echo "$bin/probe-$pause_hash"
+  echo "$bin/kube-proxy"
+  echo "$bin/coredns-$coredns_version-$coredns_hash"
   echo "$bin/kubelet"
 fi

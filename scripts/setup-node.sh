@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what a real Kubernetes node on this machine needs from Debian: containerd and runc run the
-# containers, containernetworking-plugins gives the bridge/host-local/loopback CNI plugins, and
-# kubelet wants iptables and conntrack on its PATH. Needs root. Installs only what is missing, and
-# refreshes the package lists only when a package is not known to apt yet (a fresh image has none).
+# containers, containernetworking-plugins gives the bridge/host-local/loopback CNI plugins, kubelet
+# wants iptables and conntrack on its PATH, and kube-proxy (nftables mode) and the node's cleanup use
+# nft. Needs root. Installs only what is missing, and refreshes the package lists only when a package
+# is not known to apt yet (a fresh image has none).
 #
 #   scripts/setup-node.sh          # install what is missing; prints nothing else when all is there
 set -euo pipefail
-packages=(containerd runc containernetworking-plugins iptables conntrack)
+packages=(containerd runc containernetworking-plugins iptables conntrack nftables)
 
 missing=()
 for p in "${packages[@]}"; do

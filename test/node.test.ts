@@ -9,15 +9,34 @@
 //
 // Pods get service-account tokens as on any cluster: the ServiceAccount admission plugin adds the
 // kube-api-access projected volume, kubelet asks the TokenRequest API for the token, and the controller
-// manager makes each namespace's default ServiceAccount and kube-root-ca.crt. There is no kube-proxy,
-// so the kubernetes Service's ClusterIP leads nowhere; instead the node forwards <node address>:443 to
-// the API server (whose certificate names that address) and a pod is told so in its env.
+// manager makes each namespace's default ServiceAccount and kube-root-ca.crt. The node forwards
+// <node address>:443 to the API server (whose certificate names that address), which a pod may be told
+// in its env; and, started with services, it routes Services (kube-proxy in nftables mode, the
+// kubernetes Service's endpoint being that forwarder) and runs cluster DNS (CoreDNS at 10.0.0.10), so
+// pods reach the API server and each other by Service names. These tests share one node, so the stop
+// test's comparison of the host before and after covers kube-proxy's tables and route too.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { startClusters, type LocalClusters, type LocalCluster } from "../dev/control-plane/clusters.ts";
-import { startNode, startScheduler, freeNodeSubnet, nodeProcesses, nodeCgroups, mountsUnder, HOST_PATHS, PAUSE_IMAGE, PROBE_IMAGE, type LocalNode } from "../dev/control-plane/node.ts";
+import {
+  startNode,
+  startScheduler,
+  freeNodeSubnet,
+  nodeProcesses,
+  nodeCgroups,
+  mountsUnder,
+  HOST_PATHS,
+  PAUSE_IMAGE,
+  PROBE_IMAGE,
+  COREDNS_IMAGE,
+  KUBERNETES_SERVICE_HOSTS,
+  KUBERNETES_SERVICE_IP,
+  SERVICE_CIDR,
+  SERVICE_CONTROLLERS,
+  type LocalNode,
+} from "../dev/control-plane/node.ts";
 import { writeStaticImages } from "../dev/build/static-image.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { NodeResource } from "../shared/api/kube.ts";
@@ -56,6 +75,9 @@ function hostState() {
     iptables: rules("iptables-save"),
     ip6tables: rules("ip6tables-save"),
     iptablesLegacy: rules("iptables-legacy-save"),
+    // kube-proxy's nftables mode keeps its rules in tables of its own; the node's Service range route.
+    nftTables: text("nft", ["list", "tables"]),
+    serviceRoute: text("ip", ["-4", "route", "show", SERVICE_CIDR]),
     // Node bridges and pod veths only: other tests on this machine add and remove bridges of their own.
     links: text("ip", ["-o", "link", "show"]).split("\n").map((l) => /^\d+:\s+([^:@]+)/.exec(l)?.[1] ?? "").filter((l) => /^(ocmf-[0-9a-f]{6}|veth)/.test(l)).sort(),
     sysctls: Object.fromEntries(SYSCTLS.map((k) => [k, readFileSync(`/proc/sys/${k}`, "utf8").trim()])),
@@ -73,6 +95,18 @@ async function deletePod(client: KubeClient, name: string): Promise<void> {
       if (await client.get<Pod>(PodResource, name, "default")) throw new Error(`${name} still there`);
     },
     { timeoutMs: 60_000, intervalMs: 250 },
+  );
+}
+
+// Waits until the pod's containers have run to their end, and returns it.
+async function finished(client: KubeClient, name: string): Promise<Pod> {
+  return eventually(
+    async () => {
+      const p = await client.get<Pod>(PodResource, name, "default");
+      if (p?.status?.phase !== "Succeeded" && p?.status?.phase !== "Failed") throw new Error(`${name}: ${JSON.stringify(p?.status)}`);
+      return p;
+    },
+    { timeoutMs: 90_000, intervalMs: 250 },
   );
 }
 
@@ -98,9 +132,11 @@ describe("a real node running pods from local images", () => {
       crds: false,
       // Each namespace's default ServiceAccount and kube-root-ca.crt (the token volume's CA); and the
       // node lifecycle controller, which lifts the not-ready taint kubelet registers the node with.
-      controllers: ["serviceaccount-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller"],
+      // With services: EndpointSlices for Services, and CoreDNS's Deployment.
+      controllers: ["serviceaccount-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller", ...SERVICE_CONTROLLERS],
       serviceAccountAdmission: true,
-      servingHosts: [`10.78.${subnet}.1`], // the node's address, where its pods reach the API server
+      // The node's address, where its pods reach the API server, and the kubernetes Service's names.
+      servingHosts: [`10.78.${subnet}.1`, ...KUBERNETES_SERVICE_HOSTS],
       // Appended to the harness's --authorization-mode=RBAC (a list flag): RBAC,Node.
       apiserverFlags: ["--authorization-mode=Node", "--enable-admission-plugins=NodeRestriction"],
     });
@@ -124,7 +160,7 @@ describe("a real node running pods from local images", () => {
   });
 
   it("joins the cluster as a Ready node with containerd as its runtime", async () => {
-    node = await startNode(hub, { name: "node-a", subnet, apiserverProxy: true });
+    node = await startNode(hub, { name: "node-a", subnet, apiserverProxy: true, services: true });
     const got = await client.get<Node>(NodeResource, "node-a");
     expect(got?.status?.conditions?.find((c) => c.type === "Ready")?.status).toBe("True");
     expect(got?.status?.nodeInfo?.kubeletVersion).toBe("v1.35.4");
@@ -141,9 +177,13 @@ describe("a real node running pods from local images", () => {
     const archive = join(node.root, "probe.tar");
     writeStaticImages(archive, [{ reference: PROBE_IMAGE, binary: node.binaries.probe, path: "/probe" }]);
     node.importImage(archive);
-    expect(node.images()).toEqual(expect.arrayContaining([PAUSE_IMAGE, PROBE_IMAGE]));
-    const kinds = nodeProcesses({ root: node.root, socket: join(node.root, "containerd.sock") }).map((p) => p.kind).sort();
-    expect(kinds).toEqual(["containerd", "kubelet"]);
+    expect(node.images()).toEqual(expect.arrayContaining([PAUSE_IMAGE, PROBE_IMAGE, COREDNS_IMAGE]));
+    // CoreDNS's pod already runs, so its shim is there too.
+    const kinds = new Set(nodeProcesses({ root: node.root, socket: join(node.root, "containerd.sock") }).map((p) => p.kind));
+    expect([...kinds].sort()).toEqual(["containerd", "kube-proxy", "kubelet", "shim"]);
+    // kube-proxy's rules are in its own nftables table, and the iptables dumps show none of them.
+    expect(text("nft", ["list", "table", "ip", "kube-proxy"])).toContain(KUBERNETES_SERVICE_IP);
+    expect(text("iptables-save", [])).not.toContain("KUBE-");
   }, 240_000);
 
   it("runs a pod from our pause image until it is deleted", async () => {
@@ -172,14 +212,7 @@ describe("a real node running pods from local images", () => {
   it("runs our probe image to completion and reports its output in the pod's status and log", async () => {
     const n = node!;
     await client.request("POST", "/api/v1/namespaces/default/pods", podOn(n.name, "probe", [{ name: "probe", image: PROBE_IMAGE, imagePullPolicy: "Never" }], { restartPolicy: "Never", automountServiceAccountToken: false }));
-    const pod = await eventually(
-      async () => {
-        const p = await client.get<Pod>(PodResource, "probe", "default");
-        if (p?.status?.phase !== "Succeeded" && p?.status?.phase !== "Failed") throw new Error(`probe: ${JSON.stringify(p?.status)}`);
-        return p;
-      },
-      { timeoutMs: 90_000, intervalMs: 250 },
-    );
+    const pod = await finished(client, "probe");
     const terminated = pod.status!.containerStatuses![0]!.state!.terminated!;
     expect(pod.status!.phase, JSON.stringify(terminated)).toBe("Succeeded");
     expect(terminated.exitCode).toBe(0);
@@ -208,14 +241,7 @@ describe("a real node running pods from local images", () => {
       { name: "KUBERNETES_SERVICE_PORT", value: String(n.apiserver!.port) },
     ];
     await client.request("POST", "/api/v1/namespaces/default/pods", podOn(undefined, "lister", [{ name: "probe", image: PROBE_IMAGE, imagePullPolicy: "Never", env }], { restartPolicy: "Never" }));
-    const pod = await eventually(
-      async () => {
-        const p = await client.get<Pod>(PodResource, "lister", "default");
-        if (p?.status?.phase !== "Succeeded" && p?.status?.phase !== "Failed") throw new Error(`lister: ${JSON.stringify(p?.status)}`);
-        return p;
-      },
-      { timeoutMs: 90_000, intervalMs: 250 },
-    );
+    const pod = await finished(client, "lister");
     // kube-scheduler chose the node; the admission plugin mounted the token volume; the probe listed
     // what only the API knows.
     const spec = pod.spec as { nodeName?: string; volumes?: { name: string; projected?: object }[] };
@@ -225,6 +251,50 @@ describe("a real node running pods from local images", () => {
     expect(terminated.message, JSON.stringify(terminated)).toContain("probe: namespaces default,kube-node-lease,kube-public,kube-system");
     expect(terminated.exitCode).toBe(0);
     await deletePod(client, "lister");
+  }, 180_000);
+
+  it("resolves the kubernetes Service through cluster DNS and lists namespaces through its ClusterIP", async () => {
+    const n = node!;
+    // No env of ours: the name comes from CoreDNS, the address is the ClusterIP, kube-proxy's rules lead
+    // it to the node's forwarder. The ClusterRole of the test above lets the token list namespaces.
+    const name = "kubernetes.default.svc.cluster.local";
+    await client.request("POST", "/api/v1/namespaces/default/pods", podOn(n.name, "dns-lister", [{ name: "probe", image: PROBE_IMAGE, imagePullPolicy: "Never", args: ["api", name] }], { restartPolicy: "Never" }));
+    const pod = await finished(client, "dns-lister");
+    const terminated = pod.status!.containerStatuses![0]!.state!.terminated!;
+    expect(terminated.message, JSON.stringify(terminated)).toContain(`probe: ${name} is ${KUBERNETES_SERVICE_IP}\n`);
+    expect(terminated.message).toContain("probe: namespaces default,kube-node-lease,kube-public,kube-system");
+    expect(terminated.exitCode).toBe(0);
+    await deletePod(client, "dns-lister");
+  }, 180_000);
+
+  it("lets a pod reach another pod through its Service's DNS name", async () => {
+    const n = node!;
+    const labels = { app: "echo" };
+    const server = podOn(n.name, "echo-server", [
+      {
+        name: "probe",
+        image: PROBE_IMAGE,
+        imagePullPolicy: "Never",
+        args: ["serve", "8080"],
+        ports: [{ containerPort: 8080 }],
+        // Only a Ready pod is an endpoint of the Service.
+        readinessProbe: { httpGet: { path: "/", port: 8080 }, periodSeconds: 1 },
+      },
+    ], { automountServiceAccountToken: false });
+    await client.request("POST", "/api/v1/namespaces/default/pods", { ...server, metadata: { ...server.metadata, labels } });
+    await client.request("POST", "/api/v1/namespaces/default/services", {
+      metadata: { name: "echo", namespace: "default" },
+      spec: { selector: labels, ports: [{ port: 80, targetPort: 8080, protocol: "TCP" }] },
+    });
+    const url = "http://echo.default.svc.cluster.local/";
+    await client.request("POST", "/api/v1/namespaces/default/pods", podOn(n.name, "echo-client", [{ name: "probe", image: PROBE_IMAGE, imagePullPolicy: "Never", args: ["get", url] }], { restartPolicy: "Never", automountServiceAccountToken: false }));
+    const pod = await finished(client, "echo-client");
+    const terminated = pod.status!.containerStatuses![0]!.state!.terminated!;
+    expect(terminated.message, JSON.stringify(terminated)).toMatch(new RegExp(`probe: GET ${url} \\(try \\d+\\): probe: hello from echo-server\n`));
+    expect(terminated.exitCode).toBe(0);
+    await client.request("DELETE", "/api/v1/namespaces/default/services/echo");
+    await deletePod(client, "echo-client");
+    await deletePod(client, "echo-server");
   }, 180_000);
 
   it("stops and leaves nothing of its own on the machine", async () => {
@@ -249,6 +319,8 @@ describe("a real node running pods from local images", () => {
       },
       { timeoutMs: 5_000, intervalMs: 200 },
     );
+    // Not even the kernel's record of the pods' connections (Service ones included) is left.
+    expect(text("conntrack", ["-L", "-s", n.subnet]) + text("conntrack", ["-L", "-d", n.subnet])).toBe("");
     const after = hostState();
     expect(after.links).not.toContain(n.bridge);
     expect(after).toEqual(before);

@@ -4,7 +4,10 @@
 // the node's own. No image is ever pulled: the sandbox image is our own pause program, and every other
 // image is imported from a local archive (pods use imagePullPolicy: Never). Needs root. The cluster's
 // API server must authorize nodes (--authorization-mode=Node); startScheduler adds kube-scheduler to a
-// cluster, and apiserverProxy lets pods reach the API server without kube-proxy.
+// cluster, and apiserverProxy lets pods reach the API server without kube-proxy. With services, the
+// node also routes Services (kube-proxy on the host, nftables mode) and runs cluster DNS (CoreDNS as a
+// Deployment in kube-system behind the kube-dns Service at 10.0.0.10), so pods reach each other and the
+// API server by Service names such as kubernetes.default.svc.cluster.local.
 //
 // Everything the node creates on the host is named after its id and recorded in <root>/node.json before
 // it is created, so cleanupNode(root) can undo it all from that file alone: stop() calls it, and so does
@@ -17,19 +20,26 @@
 //                /var/lib/cni for libcni's result cache, /var/lib/kubelet/device-plugins for kubelet's
 //                device-plugin socket) are removed again when only empty directories and sockets remain
 //   cgroups      /sys/fs/cgroup/<each hierarchy>/ocmf-node-<id> (kubelet's cgroupRoot), with kubepods below
-//   network      bridge ocmf-<id> with 10.78.<k>.1/24; pods get no default route and no masquerading,
-//                so their traffic cannot leave the machine; kubelet makes no iptables chains
-//                (makeIPTablesUtilChains: false) and the CNI chain has no portmap or firewall plugin
+//   network      bridge ocmf-<id> with 10.78.<k>.1/24, and conntrack's entries of that /24; pods get
+//                no default route and no masquerading, so their traffic cannot leave the machine;
+//                kubelet makes no iptables chains (makeIPTablesUtilChains: false) and the CNI chain
+//                has no portmap or firewall plugin
+//   services     kube-proxy's nftables tables (ip and ip6 kube-proxy: the name is fixed, so one node
+//                with services at a time), and a route `unreachable 10.0.0.0/24` so that traffic to a
+//                Service address kube-proxy has no rule for is refused here instead of following the
+//                default route off the machine; kube-proxy changes no conntrack sysctl (all set to 0)
 //   sysctls      kubelet sets vm.overcommit_memory, kernel.panic, kernel.panic_on_oops and the bridge
 //                plugin net.ipv4.ip_forward; the values from before are restored
-//   processes    containerd and kubelet (also in the cluster harness's pid files, so its guard kills
-//                them), containerd-shim-runc-v2 per pod, the containers (found through their cgroups)
+//   processes    containerd, kubelet and kube-proxy (also in the cluster harness's pid files, so its
+//                guard kills them), containerd-shim-runc-v2 per pod, the containers (found through
+//                their cgroups)
 // Caveats for two nodes at once on one machine: they share the sysctls, so the second records the
 // first's changes, and kubelet's device-plugin socket path, which neither needs.
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, rmdirSync, lstatSync, writeFileSync } from "node:fs";
 import { connect, createServer, type Socket } from "node:net";
 import { request as httpsRequest } from "node:https";
+import { request as httpRequest, type IncomingMessage } from "node:http";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
@@ -37,6 +47,7 @@ import { freePort, type LocalCluster } from "./clusters.ts";
 import { logTail, startProcess, stopProcess, type Managed } from "./processes.ts";
 import { writeStaticImages } from "../build/static-image.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
+import { KubeError } from "../../shared/kube/errors.ts";
 import { NodeResource } from "../../shared/api/kube.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 
@@ -46,6 +57,23 @@ const CNI_BIN = "/usr/lib/cni"; // containernetworking-plugins' directory on Deb
 export const PAUSE_IMAGE = "dev.local/ocm-functions/pause:local";
 // What a test names the image of binaries.probe when it imports it.
 export const PROBE_IMAGE = "dev.local/ocm-functions/probe:local";
+export const COREDNS_IMAGE = "dev.local/ocm-functions/coredns:local";
+
+// The cluster's Service range (kube-apiserver's --service-cluster-ip-range in clusters.ts) and the
+// fixed addresses in it: the API server gives the first to default/kubernetes, and cluster DNS gets
+// the tenth, as kubeadm does.
+export const SERVICE_CIDR = "10.0.0.0/24";
+export const KUBERNETES_SERVICE_IP = "10.0.0.1";
+export const CLUSTER_DNS_IP = "10.0.0.10";
+export const CLUSTER_DOMAIN = "cluster.local";
+// The names a pod reaches the API server by through the kubernetes Service: a cluster for a node with
+// services adds them to the API server's certificate (StartOptions.servingHosts), with the node's address.
+export const KUBERNETES_SERVICE_HOSTS = [KUBERNETES_SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc", `kubernetes.default.svc.${CLUSTER_DOMAIN}`] as const;
+// Controllers such a cluster runs besides the ServiceAccount ones: EndpointSlices for Services with
+// selectors (kube-proxy and CoreDNS read only those), and CoreDNS's Deployment and its ReplicaSet.
+export const SERVICE_CONTROLLERS = ["endpointslice-controller", "deployment-controller", "replicaset-controller"] as const;
+// kube-proxy's nftables mode keeps all its rules in one table of this name per family.
+const KUBE_PROXY_TABLES = ["ip kube-proxy", "ip6 kube-proxy"] as const;
 
 // Settings kubelet or the bridge plugin may change; each is put back as it was.
 const SYSCTLS = [
@@ -88,9 +116,10 @@ type NodeState = {
   network: string; // the CNI network's name, which libcni's result cache files start with
   sysctls: Record<string, string>;
   absentBefore: string[];
+  services?: boolean; // kube-proxy's tables and the Service range's route are the node's to remove
 };
 
-export type NodeBinaries = { kubelet: string; scheduler: string; pause: string; probe: string };
+export type NodeBinaries = { kubelet: string; scheduler: string; pause: string; probe: string; kubeProxy: string; coredns: string };
 
 export type NodeOptions = {
   name?: string;
@@ -101,6 +130,10 @@ export type NodeOptions = {
   // loopback (which pods cannot reach), in place of the kubernetes Service and kube-proxy. TLS passes
   // through: the certificate must name the node's address (StartOptions.servingHosts).
   apiserverProxy?: boolean;
+  // Service routing and cluster DNS (see the top of this file); implies apiserverProxy, since the
+  // kubernetes Service's only endpoint is that forwarder. The cluster needs SERVICE_CONTROLLERS, the
+  // ServiceAccount admission plugin and controllers, and KUBERNETES_SERVICE_HOSTS in servingHosts.
+  services?: boolean;
   log?: (line: string) => void;
   readyTimeoutMs?: number;
 };
@@ -117,7 +150,9 @@ export type LocalNode = {
   binaries: NodeBinaries;
   containerd: Managed;
   kubelet: Managed;
+  kubeProxy?: Managed;
   readyMs: number;
+  servicesReadyMs?: number; // with services: from node Ready until kube-proxy routes to a Ready CoreDNS
   importImage(archivePath: string): void;
   images(): string[];
   stop(): Promise<void>;
@@ -136,13 +171,14 @@ function runOrExplain(cmd: string, args: readonly string[]): string {
   }
 }
 
-// scripts/build-tools.sh builds them once (kubelet and kube-scheduler from tools/kube, pause and probe
-// from tools/pause) and then only names them.
+// scripts/build-tools.sh builds them once (kubelet, kube-scheduler and kube-proxy from tools/kube, pause
+// and probe from tools/pause, CoreDNS from tools/coredns) and then only names them, in this order.
 export function findNodeBinaries(): NodeBinaries {
   const out = execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["node"], { stdio: ["ignore", "pipe", "inherit"] }).toString().trim().split("\n");
-  const [scheduler, pause, probe, kubelet] = out.slice(-4) as [string, string, string, string];
-  for (const b of [scheduler, pause, probe, kubelet]) if (!existsSync(b)) throw new Error(`${b} is missing after scripts/build-tools.sh node`);
-  return { kubelet, scheduler, pause, probe };
+  const names = ["scheduler", "pause", "probe", "kubeProxy", "coredns", "kubelet"] as const;
+  const paths = out.slice(-names.length);
+  for (const b of paths) if (!existsSync(b)) throw new Error(`${b} is missing after scripts/build-tools.sh node`);
+  return Object.fromEntries(names.map((n, i) => [n, paths[i]!])) as NodeBinaries;
 }
 
 // containerd, runc, the CNI plugins, iptables and conntrack from Debian; installs only what is missing.
@@ -241,13 +277,15 @@ function cmdline(pid: number): string[] {
 }
 
 // The node's own long-running processes, recognised by paths only this node uses.
-export function nodeProcesses(s: { root: string; socket: string }): { pid: number; kind: "kubelet" | "containerd" | "shim" }[] {
-  const found: { pid: number; kind: "kubelet" | "containerd" | "shim" }[] = [];
+type NodeProcessKind = "kubelet" | "kube-proxy" | "containerd" | "shim";
+export function nodeProcesses(s: { root: string; socket: string }): { pid: number; kind: NodeProcessKind }[] {
+  const found: { pid: number; kind: NodeProcessKind }[] = [];
   for (const e of readdirSync("/proc")) {
     if (!/^\d+$/.test(e)) continue;
     const pid = Number(e);
     const args = cmdline(pid);
     if (args.includes(`--root-dir=${join(s.root, "kubelet")}`)) found.push({ pid, kind: "kubelet" });
+    else if (args.includes(`--config=${join(s.root, "kube-proxy.yaml")}`)) found.push({ pid, kind: "kube-proxy" });
     else if (args.includes(join(s.root, "containerd.toml"))) found.push({ pid, kind: "containerd" });
     else if (args[0]?.endsWith("containerd-shim-runc-v2") && args.includes(s.socket)) found.push({ pid, kind: "shim" });
   }
@@ -292,6 +330,49 @@ function deleteBridge(bridge: string): void {
     if (port) run("ip", ["link", "del", port]);
   }
   run("ip", ["link", "del", bridge]);
+}
+
+function nftTables(): string[] {
+  let out: string;
+  try {
+    out = run("nft", ["list", "tables"]);
+  } catch (err) {
+    // kube-proxy's nftables mode runs nft too.
+    if ((err as { code?: string }).code === "ENOENT") throw new Error("a node with services needs nft: apt-get install nftables");
+    throw err;
+  }
+  return out.split("\n").map((l) => l.replace(/^table /, "").trim()).filter(Boolean);
+}
+const serviceRoute = (): string => run("ip", ["-4", "route", "show", SERVICE_CIDR]).trim();
+
+// Refuses to start where another node's (or a crashed one's) Service routing is still in place: the
+// table names and the route are the same for every node on this machine.
+function checkServiceRoutingFree(): void {
+  const taken = nftTables().filter((t) => (KUBE_PROXY_TABLES as readonly string[]).includes(t));
+  const route = serviceRoute();
+  if (taken.length || route) {
+    throw new Error(`Service routing is in use on this machine (nft tables: ${taken.join(", ") || "none"}; route: ${route || "none"}): another node with services runs, or one crashed (node dev/control-plane/node.ts cleanup <its root>)`);
+  }
+}
+
+// After kube-proxy is gone, so nothing writes them again.
+function removeServiceRouting(): void {
+  for (const t of nftTables()) if ((KUBE_PROXY_TABLES as readonly string[]).includes(t)) run("nft", ["delete", "table", ...t.split(" ")]);
+  if (serviceRoute()) run("ip", ["route", "del", "unreachable", SERVICE_CIDR]);
+}
+
+// The kernel's connection-tracking entries of the node's pods and of the node's own address, which
+// otherwise stay until they time out (2 min in TIME_WAIT, 5 days established); none can be used once
+// the bridge is gone. conntrack exits 1 also when there was nothing to delete.
+function forgetConnections(subnet: string): void {
+  for (const side of ["-s", "-d"]) {
+    try {
+      run("conntrack", ["-D", side, subnet]);
+    } catch (err) {
+      const e = err as { status?: number; stderr?: string };
+      if (!(e.status === 1 && /\b0 flow entries/.test(e.stderr ?? ""))) throw new Error(`conntrack -D ${side} ${subnet}: ${e.stderr?.trim() ?? (err as Error).message}`);
+    }
+  }
 }
 
 // Paths of the unix sockets some process has bound, from the kernel's table (its last column).
@@ -357,8 +438,8 @@ export async function cleanupNode(root: string): Promise<void> {
     }
   });
   const ofKind = (k: string) => nodeProcesses(s).filter((p) => p.kind === k).map((p) => p.pid);
-  await step("stop kubelet", async () => {
-    const left = await killAndWait(ofKind("kubelet"), "SIGTERM", 5_000);
+  await step("stop kubelet and kube-proxy", async () => {
+    const left = await killAndWait([...ofKind("kubelet"), ...ofKind("kube-proxy")], "SIGTERM", 5_000);
     await killAndWait(left, "SIGKILL", 5_000);
   });
   await step("kill containers", async () => {
@@ -412,6 +493,8 @@ export async function cleanupNode(root: string): Promise<void> {
     throw new Error(`cgroups left: ${nodeCgroups(s.cgroup).join(", ")}`);
   });
   await step(`delete bridge ${s.bridge}`, () => deleteBridge(s.bridge));
+  if (s.services) await step("remove kube-proxy's tables and the Service range's route", () => removeServiceRouting());
+  await step(`forget connections of ${s.subnet}`, () => forgetConnections(s.subnet));
   await step("restore sysctls", () => {
     for (const [key, value] of Object.entries(s.sysctls)) if (readSysctl(key) !== value) writeFileSync(`/proc/sys/${key}`, value);
   });
@@ -496,7 +579,10 @@ state = ${q(join(s.root, "state"))}
 }
 
 // A bridge with the node's address as gateway; no default route in pods (isDefaultGateway false) and
-// no masquerading, so a pod reaches this machine's bridge address and other pods, nothing beyond.
+// no masquerading, so a pod reaches this machine's bridge address and other pods, nothing beyond. With
+// services, pods also route the Service range to the gateway, where kube-proxy's rules turn it into
+// pod addresses (or the unreachable route refuses it), and a pod may reach itself through its Service
+// (hairpin).
 function cniConfig(s: NodeState): object {
   return {
     cniVersion: "1.0.0",
@@ -508,8 +594,14 @@ function cniConfig(s: NodeState): object {
         isGateway: true,
         isDefaultGateway: false,
         ipMasq: false,
-        hairpinMode: false,
-        ipam: { type: "host-local", ranges: [[{ subnet: s.subnet, gateway: s.address }]], dataDir: join(s.root, "cni", "ipam") },
+        hairpinMode: !!s.services,
+        ipam: {
+          type: "host-local",
+          ranges: [[{ subnet: s.subnet, gateway: s.address }]],
+          // A route without gw goes through the range's gateway.
+          routes: s.services ? [{ dst: SERVICE_CIDR }] : [],
+          dataDir: join(s.root, "cni", "ipam"),
+        },
       },
     ],
   };
@@ -542,6 +634,32 @@ function kubeletConfig(s: NodeState, o: { clientCaFile: string; port: number; he
     imageGCHighThresholdPercent: 100,
     imageGCLowThresholdPercent: 99,
     registerNode: true,
+    // Pods resolve through cluster DNS; the host's resolver (which points off this machine) is never
+    // copied into a pod, so a dnsPolicy: Default pod (CoreDNS itself) gets no nameserver at all.
+    ...(s.services ? { clusterDNS: [CLUSTER_DNS_IP], clusterDomain: CLUSTER_DOMAIN, resolvConf: "" } : {}),
+  };
+}
+
+// kube-proxy in nftables mode: all its rules in its own kube-proxy tables, which removeServiceRouting
+// deletes whole. Every Service connection is masqueraded to the node's address, because pods share one
+// bridge: without it a pod's reply to another pod would go straight back over the bridge, past the
+// conntrack entry that must turn its source back into the Service address.
+function kubeProxyConfig(s: NodeState, o: { kubeconfig: string; healthzPort: number; metricsPort: number }): object {
+  return {
+    apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
+    kind: "KubeProxyConfiguration",
+    mode: "nftables",
+    clientConnection: { kubeconfig: o.kubeconfig },
+    hostnameOverride: s.name,
+    healthzBindAddress: `127.0.0.1:${o.healthzPort}`,
+    metricsBindAddress: `127.0.0.1:${o.metricsPort}`,
+    nftables: { masqueradeAll: true, syncPeriod: "30s", minSyncPeriod: "0s" },
+    clusterCIDR: s.subnet,
+    detectLocalMode: "ClusterCIDR",
+    // NodePorts only on the node's own address, never on the machine's other interfaces.
+    nodePortAddresses: [`${s.address}/32`],
+    // 0 leaves each conntrack sysctl as it is (they are the machine's, not the node's).
+    conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
   };
 }
 
@@ -574,6 +692,185 @@ function startApiserverProxy(address: string, apiserverPort: number): Promise<Pr
   });
 }
 
+// Creates obj in collection, or replaces the one a node started before in this cluster left there.
+async function createOrReplace(client: KubeClient, collection: string, obj: KubeObject & { metadata: { name: string } }): Promise<void> {
+  try {
+    await client.request("POST", collection, obj);
+  } catch (err) {
+    if (!(err instanceof KubeError && err.code === 409)) throw err;
+    const path = `${collection}/${obj.metadata.name}`;
+    const current = await client.request<KubeObject>("GET", path);
+    await client.request("PUT", path, { ...obj, metadata: { ...obj.metadata, resourceVersion: current.metadata.resourceVersion } });
+  }
+}
+
+// The kube-apiserver binds loopback only and reconciles no endpoints (--endpoint-reconciler-type=none),
+// so default/kubernetes gets its one endpoint from us: the node's forwarder at <node address>:443,
+// which pods reach and which passes TLS through to the API server. kube-proxy and CoreDNS read
+// EndpointSlices only; no Endpoints object is written.
+function kubernetesEndpointSlice(s: NodeState): KubeObject & { metadata: { name: string } } {
+  return {
+    apiVersion: "discovery.k8s.io/v1",
+    kind: "EndpointSlice",
+    metadata: { name: "kubernetes", namespace: "default", labels: { "kubernetes.io/service-name": "kubernetes", "endpointslice.kubernetes.io/managed-by": "ocm-functions-node" } },
+    addressType: "IPv4",
+    endpoints: [{ addresses: [s.address], conditions: { ready: true }, nodeName: s.name }],
+    // Named as the Service's port, which is how kube-proxy pairs them.
+    ports: [{ name: "https", port: 443, protocol: "TCP" }],
+  };
+}
+
+// Names under cluster.local, and reverse names of cluster addresses, come from the API; anything else
+// is answered with an error, since no forward plugin is built in (tools/coredns). Port 1053 so the
+// server needs no privilege; the kube-dns Service maps 53 to it.
+const COREFILE = `.:1053 {
+    errors
+    log
+    health :8080
+    ready :8181
+    cache 5
+    kubernetes ${CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {
+        ttl 5
+    }
+}
+`;
+
+// CoreDNS's objects in kube-system, in the order they are created: its identity with no more rights
+// than its kubernetes plugin uses (list and watch of Services, EndpointSlices and Namespaces), its
+// Corefile, one replica pinned to this node (no scheduler needed) and the kube-dns Service at the
+// address kubelet gives pods as their nameserver.
+function coreDnsObjects(nodeName: string): [string, KubeObject & { metadata: { name: string } }][] {
+  const ns = "/api/v1/namespaces/kube-system";
+  const rbac = "/apis/rbac.authorization.k8s.io/v1";
+  const labels = { "k8s-app": "kube-dns" };
+  const role = "ocm-functions:coredns";
+  return [
+    [`${ns}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "coredns", namespace: "kube-system" } }],
+    [
+      `${rbac}/clusterroles`,
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRole",
+        metadata: { name: role },
+        rules: [
+          { apiGroups: [""], resources: ["services", "namespaces"], verbs: ["list", "watch"] },
+          { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+        ],
+      },
+    ],
+    [
+      `${rbac}/clusterrolebindings`,
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "ClusterRoleBinding",
+        metadata: { name: role },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role },
+        subjects: [{ kind: "ServiceAccount", name: "coredns", namespace: "kube-system" }],
+      },
+    ],
+    [`${ns}/configmaps`, { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "coredns", namespace: "kube-system" }, data: { Corefile: COREFILE } }],
+    [
+      "/apis/apps/v1/namespaces/kube-system/deployments",
+      {
+        apiVersion: "apps/v1",
+        kind: "Deployment",
+        metadata: { name: "coredns", namespace: "kube-system", labels },
+        spec: {
+          replicas: 1,
+          selector: { matchLabels: labels },
+          template: {
+            metadata: { labels },
+            spec: {
+              nodeName,
+              serviceAccountName: "coredns",
+              dnsPolicy: "Default", // it is the cluster's DNS, so it must not ask itself
+              tolerations: [{ key: "node.kubernetes.io/not-ready", operator: "Exists" }],
+              containers: [
+                {
+                  name: "coredns",
+                  image: COREDNS_IMAGE,
+                  imagePullPolicy: "Never",
+                  args: ["-conf", "/etc/coredns/Corefile"],
+                  ports: [
+                    { name: "dns", containerPort: 1053, protocol: "UDP" },
+                    { name: "dns-tcp", containerPort: 1053, protocol: "TCP" },
+                  ],
+                  // Ready once the kubernetes plugin has listed the API; alive while health answers.
+                  readinessProbe: { httpGet: { path: "/ready", port: 8181 }, periodSeconds: 1 },
+                  livenessProbe: { httpGet: { path: "/health", port: 8080 }, periodSeconds: 10, failureThreshold: 5 },
+                  securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
+                  volumeMounts: [{ name: "config", mountPath: "/etc/coredns", readOnly: true }],
+                },
+              ],
+              volumes: [{ name: "config", configMap: { name: "coredns" } }],
+            },
+          },
+        },
+      },
+    ],
+    [
+      `${ns}/services`,
+      {
+        apiVersion: "v1",
+        kind: "Service",
+        metadata: { name: "kube-dns", namespace: "kube-system", labels },
+        spec: {
+          clusterIP: CLUSTER_DNS_IP,
+          selector: labels,
+          ports: [
+            { name: "dns", port: 53, targetPort: 1053, protocol: "UDP" },
+            { name: "dns-tcp", port: 53, targetPort: 1053, protocol: "TCP" },
+          ],
+        },
+      },
+    ],
+  ];
+}
+
+type EndpointSliceList = { items: { endpoints?: { addresses: string[]; conditions?: { ready?: boolean } }[] }[] };
+
+// kube-proxy on the host, default/kubernetes routed to the node's forwarder, then CoreDNS; returns once
+// kube-proxy's rules lead kube-dns to a Ready CoreDNS pod.
+async function startServices(cluster: LocalCluster, s: NodeState, o: { runDir: string; binaries: NodeBinaries; importImage: (archive: string) => void; started: (m: Managed) => void }): Promise<void> {
+  // system:kube-proxy is the user the API server's default system:node-proxier binding names.
+  writeFileSync(join(s.root, "kube-proxy.kubeconfig"), await cluster.kubeconfigFor({ user: "system:kube-proxy" }), { mode: 0o600 });
+  const healthzPort = await freePort();
+  const config = kubeProxyConfig(s, { kubeconfig: join(s.root, "kube-proxy.kubeconfig"), healthzPort, metricsPort: await freePort() });
+  writeFileSync(join(s.root, "kube-proxy.yaml"), JSON.stringify(config, null, 2));
+  runOrExplain("ip", ["route", "add", "unreachable", SERVICE_CIDR]);
+  const kubeProxy = startProcess(o.runDir, `${s.name}-kube-proxy`, o.binaries.kubeProxy, [`--config=${join(s.root, "kube-proxy.yaml")}`, "--v=1"]);
+  o.started(kubeProxy);
+  // healthz answers 200 once the first full sync has written the rules.
+  await poll(`kube-proxy of ${s.name}`, () => healthOk(`http://127.0.0.1:${healthzPort}/healthz`), 60_000, exitedEarly(kubeProxy));
+
+  const archive = join(s.root, "coredns.tar");
+  writeStaticImages(archive, [{ reference: COREDNS_IMAGE, binary: o.binaries.coredns, path: "/coredns" }]);
+  o.importImage(archive);
+  const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
+  try {
+    await createOrReplace(client, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", kubernetesEndpointSlice(s));
+    for (const [collection, obj] of coreDnsObjects(s.name)) await createOrReplace(client, collection, obj);
+    let last = "no EndpointSlice for kube-dns yet";
+    await poll(
+      `cluster DNS on ${s.name}`,
+      async () => {
+        const slices = await client.request<EndpointSliceList>("GET", "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkube-dns");
+        const ready = slices.items.flatMap((sl) => sl.endpoints ?? []).filter((e) => e.conditions?.ready).flatMap((e) => e.addresses);
+        if (!ready.length) return false;
+        last = `CoreDNS Ready at ${ready.join(", ")}, not yet in kube-proxy's rules`;
+        const rules = run("nft", ["list", "table", "ip", "kube-proxy"]);
+        return ready.some((a) => new RegExp(`${a.replace(/\./g, "\\.")}(?!\\d)`).test(rules));
+      },
+      90_000,
+      exitedEarly(kubeProxy),
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; ${last} (the cluster needs ${SERVICE_CONTROLLERS.join(", ")})\nkube-proxy log:\n${logTail(kubeProxy, 20)}`);
+    });
+  } finally {
+    client.close();
+  }
+}
+
 type NodeCondition = { type: string; status: string; reason?: string; message?: string };
 type NodeObject = KubeObject & { status?: { conditions?: NodeCondition[] } };
 
@@ -598,7 +895,9 @@ export async function startNode(cluster: LocalCluster, o: NodeOptions = {}): Pro
     network: `ocmf-${id}`,
     sysctls: Object.fromEntries(SYSCTLS.map((key) => [key, readSysctl(key)])),
     absentBefore: HOST_PATHS.filter((p) => !existsSync(p)),
+    services: !!o.services,
   };
+  if (s.services) checkServiceRoutingFree();
   mkdirSync(root, { mode: 0o700 });
   writeFileSync(join(root, "node.json"), JSON.stringify(s, null, 2));
   startNodeGuard(root);
@@ -607,10 +906,14 @@ export async function startNode(cluster: LocalCluster, o: NodeOptions = {}): Pro
   const podLogsDir = join(root, "pod-logs");
   let containerd: Managed | undefined;
   let kubelet: Managed | undefined;
+  let kubeProxy: Managed | undefined;
   let proxy: Proxy | undefined;
+  let servicesReadyMs: number | undefined;
+  let readyMs = 0;
   const stop = async () => {
     proxy?.close();
     if (kubelet) await stopProcess(kubelet);
+    if (kubeProxy) await stopProcess(kubeProxy);
     await cleanupNode(root); // containers and shims before containerd, which it stops too
     if (containerd) await stopProcess(containerd, 1_000);
   };
@@ -623,7 +926,7 @@ export async function startNode(cluster: LocalCluster, o: NodeOptions = {}): Pro
     runOrExplain("ip", ["addr", "add", `${s.address}/24`, "dev", s.bridge]);
     runOrExplain("ip", ["link", "set", s.bridge, "up"]);
     createCgroupRoot(s.cgroup);
-    if (o.apiserverProxy) proxy = await startApiserverProxy(s.address, Number(new URL(cluster.url).port));
+    if (o.apiserverProxy || o.services) proxy = await startApiserverProxy(s.address, Number(new URL(cluster.url).port));
 
     mkdirSync(join(root, "cni", "net.d"), { recursive: true });
     writeFileSync(join(root, "cni", "net.d", "10-ocmf.conflist"), JSON.stringify(cniConfig(s), null, 2));
@@ -672,12 +975,18 @@ export async function startNode(cluster: LocalCluster, o: NodeOptions = {}): Pro
     } finally {
       client.close();
     }
+    readyMs = Date.now() - t0;
+    log(`[node] ${name} Ready in ${(readyMs / 1000).toFixed(1)} s (bridge ${s.bridge} ${s.subnet}, root ${root})`);
+    if (o.services) {
+      const t1 = Date.now();
+      await startServices(cluster, s, { runDir, binaries, importImage, started: (m) => (kubeProxy = m) });
+      servicesReadyMs = Date.now() - t1;
+      log(`[node] ${name}: kube-proxy and cluster DNS ready in ${(servicesReadyMs / 1000).toFixed(1)} s`);
+    }
   } catch (err) {
     await stop().catch((e: Error) => log(`[node] ${name}: cleanup after a failed start: ${e.message}`));
     throw err;
   }
-  const readyMs = Date.now() - t0;
-  log(`[node] ${name} Ready in ${(readyMs / 1000).toFixed(1)} s (bridge ${s.bridge} ${s.subnet}, root ${root})`);
   return {
     name,
     root,
@@ -690,20 +999,24 @@ export async function startNode(cluster: LocalCluster, o: NodeOptions = {}): Pro
     binaries,
     containerd,
     kubelet,
+    kubeProxy,
     readyMs,
+    servicesReadyMs,
     importImage,
     images,
     stop,
   };
 }
 
-function httpsOk(url: string): Promise<boolean> {
+// Whether a loopback health endpoint answers 200: kube-scheduler's over TLS with the certificate it
+// made itself, kube-proxy's in plain HTTP.
+function healthOk(url: string): Promise<boolean> {
   return new Promise((resolve) => {
-    // A loopback health endpoint with the certificate the process made itself.
-    const req = httpsRequest(url, { rejectUnauthorized: false, timeout: 2_000 }, (res) => {
+    const done = (res: IncomingMessage) => {
       res.resume();
       resolve(res.statusCode === 200);
-    });
+    };
+    const req = url.startsWith("https:") ? httpsRequest(url, { rejectUnauthorized: false, timeout: 2_000 }, done) : httpRequest(url, { timeout: 2_000 }, done);
     req.on("error", () => resolve(false));
     req.on("timeout", () => req.destroy());
     req.end();
@@ -726,7 +1039,7 @@ export async function startScheduler(cluster: LocalCluster, binaries: NodeBinari
     `--cert-dir=${join(cluster.dir, "scheduler")}`,
   ]);
   try {
-    await poll(`kube-scheduler of ${cluster.name}`, () => httpsOk(`https://127.0.0.1:${port}/healthz`), 60_000, exitedEarly(p));
+    await poll(`kube-scheduler of ${cluster.name}`, () => healthOk(`https://127.0.0.1:${port}/healthz`), 60_000, exitedEarly(p));
   } catch (err) {
     await stopProcess(p);
     throw err;
