@@ -44,6 +44,10 @@ if [ "${1:-}" = test ]; then
   OCM_FUNCTIONS_KNATIVE_SERVING_WEBHOOK=$(head -n 1 <<<"$webhooks")
   OCM_FUNCTIONS_KNATIVE_EVENTING_WEBHOOK=$(tail -n 1 <<<"$webhooks")
   export OCM_FUNCTIONS_KNATIVE_SERVING_WEBHOOK OCM_FUNCTIONS_KNATIVE_EVENTING_WEBHOOK
+  # A real node (test/node.test.ts): Debian's containerd, runc, CNI plugins and nft, then kubelet,
+  # kube-scheduler, kube-proxy, CoreDNS and our pause programs, built here so no test waits on a build.
+  "$root/scripts/setup-node.sh"
+  "$root/scripts/build-tools.sh" node >/dev/null
 fi
 
 cd "$root"

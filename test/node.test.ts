@@ -124,6 +124,8 @@ describe("a real node running pods from local images", () => {
   let scheduler: { stop(): Promise<void> } | undefined;
   const before = hostState();
 
+  // Long enough for a first build of the node's binaries when this file runs alone (npm test builds
+  // them before any test starts).
   beforeAll(async () => {
     expect(process.getuid?.(), "a node needs root").toBe(0);
     subnet = freeNodeSubnet();
@@ -150,7 +152,7 @@ describe("a real node running pods from local images", () => {
       },
       { timeoutMs: 30_000 },
     );
-  });
+  }, 900_000);
 
   afterAll(async () => {
     client?.close();
