@@ -105,9 +105,8 @@ export function startSink(o: SinkOptions): Sink {
   async function deliver(envelope: Envelope): Promise<void> {
     const backoff = exponentialBackoff(delivery.backoff);
     for (let attempts = 1; ; attempts++) {
-      // A stop lets a POST already sent finish (its answer still counts) but sends no new one: a function
-      // cut off mid-request would go on working with nobody waiting for its answer.
-      if (stopping.signal.aborted) return;
+      // A stop lets a POST already sent finish (its answer still counts) but sends no new one, even one
+      // that waited for a slot: a function cut off mid-request would go on working with nobody waiting.
       const a = await slots.run(() => (stopping.signal.aborted ? Promise.resolve(undefined) : post(envelope.event)));
       if (!a) return;
       const base = { ...where, id: envelope.event.id, type: envelope.event.type, key: envelope.key, status: a.status, attempts };
