@@ -9,13 +9,13 @@ import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import type { Io } from "../../shared/harness.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { bootstrappedHubClient, type AgentSecrets } from "../../shared/hub-credentials.ts";
-import { startClusters, type LocalCluster, type LocalClusters, type StartOptions } from "../../dev/control-plane/clusters.ts";
+import { startClusters, type LocalCluster, type StartOptions } from "../../dev/control-plane/clusters.ts";
 import { identityFor } from "../../dev/control-plane/identities.ts";
 import type { Fleet } from "../../dev/local/fleet.ts";
 import { testIo } from "./functions.ts";
 import { eventually } from "./eventually.ts";
 
-export type Hub = { local: LocalClusters; cluster: LocalCluster; admin: KubeClient; stop(): Promise<void> };
+export type Hub = { cluster: LocalCluster; admin: KubeClient; stop(): Promise<void> };
 
 // One control plane named `name`, with its admin client; without a controller manager unless
 // `controllers` is true (the harness's default set) or names them.
@@ -24,7 +24,6 @@ export async function startHub(name: string, o: Omit<StartOptions, "names" | "co
   const local = await startClusters({ ...rest, names: [name], ...(controllers === true ? {} : { controllers }) });
   const admin = KubeClient.fromKubeconfig(local.get(name).adminKubeconfig);
   return {
-    local,
     cluster: local.get(name),
     admin,
     stop: async () => {
