@@ -1,8 +1,9 @@
 // The render's options as flags, shared by the commands that render: `render hub` and `install hub`
 // take the hub's, `render spoke` and `join` the spoke's. Only the flags live here; the render is cli/render.
-import { InvalidArgumentError, type Command } from "commander";
+import { InvalidArgumentError, Option, type Command } from "commander";
+import type { Workloads } from "./render/objects.ts";
 
-export type CommonFlags = { registry?: string; tag?: string; brokerClass?: string; env?: Record<string, string> };
+export type CommonFlags = { registry?: string; tag?: string; brokerClass?: string; env?: Record<string, string>; workloads?: Workloads };
 export type HubFlags = CommonFlags & { namespace?: string; resyncSchedule?: string };
 export type SpokeFlags = CommonFlags & { clusterName: string; spokeExternalServerUrls?: string[] };
 
@@ -20,7 +21,13 @@ function commonFlags(c: Command): Command {
     .option("--registry <registry>", "the images are <registry>/ocm-functions/<name>:<tag> (default dev.local)")
     .option("--tag <tag>", "the images' tag (default latest)")
     .option("--broker-class <class>", "the Brokers' eventing.knative.dev/broker.class (default MTChannelBasedBroker)")
-    .option("--env <NAME=VALUE>", "a value for the functions' func.yaml run.envs, e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS=system:bootstrap:abc123; repeatable", envEntry);
+    .option("--env <NAME=VALUE>", "a value for the functions' func.yaml run.envs, e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS=system:bootstrap:abc123; repeatable", envEntry)
+    .addOption(
+      new Option("--workloads <form>", "how the functions run: knative (Knative Services) or deployments (Deployments and Services, for clusters with Eventing but no Serving); default knative").choices([
+        "knative",
+        "deployments",
+      ] satisfies Workloads[]),
+    );
 }
 
 export function hubFlags(c: Command): Command {
@@ -41,6 +48,7 @@ const common = (f: CommonFlags) => ({
   ...(f.tag ? { tag: f.tag } : {}),
   ...(f.brokerClass ? { brokerClass: f.brokerClass } : {}),
   ...(f.env ? { env: f.env } : {}),
+  ...(f.workloads ? { workloads: f.workloads } : {}),
 });
 
 export const hubOptions = (f: HubFlags) => ({ ...common(f), ...(f.namespace ? { namespace: f.namespace } : {}), ...(f.resyncSchedule ? { resyncSchedule: f.resyncSchedule } : {}) });

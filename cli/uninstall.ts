@@ -30,9 +30,11 @@ type Listed = { type: TypeRef; resource: ApiResource; items: Found[] };
 const isOcmFinalizer = (f: string) => f.includes("open-cluster-management.io/");
 const nameOf = (o: Found) => (o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name);
 
-// Every kind the render makes (the hub's bootstrap tokens are Secrets too), in removal order.
+// Every kind the render makes in either workload form (the hub's bootstrap tokens are Secrets too), in
+// removal order.
 function kindsOf(side: "hub" | "spoke"): TypeRef[] {
-  const objects: TypeRef[] = side === "hub" ? [...renderHub(), { apiVersion: "v1", kind: SecretResource.kind }] : renderSpoke();
+  const rendered = (["knative", "deployments"] as const).flatMap((workloads) => (side === "hub" ? renderHub({ workloads }) : renderSpoke({ workloads })));
+  const objects: TypeRef[] = side === "hub" ? [...rendered, { apiVersion: "v1", kind: SecretResource.kind }] : rendered;
   return [...new Map(objects.map((o) => [typeName(o), { apiVersion: o.apiVersion, kind: o.kind }])).values()].sort((a, b) => rankOf(b) - rankOf(a));
 }
 

@@ -56,10 +56,10 @@ describe("help", () => {
     { command: ["addon", "enable"], flags: ["--names", "--clusters", "--namespace", "--kubeconfig"] },
     { command: ["sidecar", "stop"], flags: ["--cluster"] },
     { command: ["sidecar", "start"], flags: ["--cluster"] },
-    { command: ["render", "hub"], flags: ["--registry", "--tag", "--namespace", "--env"] },
-    { command: ["render", "spoke"], flags: ["--cluster-name", "--bootstrap-kubeconfig", "--spoke-external-server-urls"] },
-    { command: ["install", "hub"], flags: ["--wait <level>", "--wait-timeout", "--token-ttl", "--output-bootstrap-kubeconfig", "--kubeconfig"] },
-    { command: ["join"], flags: ["--hub-kubeconfig", "--hub-token", "--hub-apiserver", "--hub-ca-data", "--hub-ca-file", "--cluster-name", "--wait <level>", "--kubeconfig"] },
+    { command: ["render", "hub"], flags: ["--registry", "--tag", "--namespace", "--env", "--workloads"] },
+    { command: ["render", "spoke"], flags: ["--cluster-name", "--bootstrap-kubeconfig", "--spoke-external-server-urls", "--workloads"] },
+    { command: ["install", "hub"], flags: ["--workloads", "--wait <level>", "--wait-timeout", "--token-ttl", "--output-bootstrap-kubeconfig", "--kubeconfig"] },
+    { command: ["join"], flags: ["--workloads", "--hub-kubeconfig", "--hub-token", "--hub-apiserver", "--hub-ca-data", "--hub-ca-file", "--cluster-name", "--wait <level>", "--kubeconfig"] },
     { command: ["uninstall", "hub"], flags: ["--purge-clusters", "--wait-timeout", "--kubeconfig"] },
     { command: ["uninstall", "spoke"], flags: ["--wait-timeout", "--kubeconfig"] },
   ];
@@ -81,6 +81,7 @@ describe("failures are one line on stderr with exit code 1", () => {
     { name: "a join without the hub", args: () => ["join", "--cluster-name", "c1", "--kubeconfig", hubKubeconfig], says: "error: give the hub: --hub-kubeconfig FILE, or --hub-token" },
     { name: "a join whose token is not a bootstrap token", args: () => ["join", "--cluster-name", "c1", "--hub-token", "abc"], says: "error: --hub-token is not a bootstrap token" },
     { name: "a spoke with no kubeconfig", args: () => ["uninstall", "spoke"], says: "error: no spoke kubeconfig: pass --kubeconfig or set KUBECONFIG" },
+    { name: "a workload form that does not exist", args: () => ["render", "hub", "--workloads", "bogus"], says: "error: option '--workloads <form>' argument 'bogus' is invalid. Allowed choices are knative, deployments." },
     { name: "a wait level that does not exist", args: () => ["install", "hub", "--wait", "forever"], says: "error: option '--wait <level>' argument 'forever' is invalid" },
     { name: "a wait timeout that is not a duration", args: () => ["install", "hub", "--wait-timeout", "5"], says: "error: option '--wait-timeout <duration>' argument '5' is invalid" },
   ];
@@ -89,6 +90,16 @@ describe("failures are one line on stderr with exit code 1", () => {
     expect(r.code).toBe(1);
     expect(r.stderr.trimEnd().split("\n")).toEqual([expect.stringContaining(says)]);
     expect(r.stdout).toBe("");
+  });
+});
+
+describe("render --workloads deployments", () => {
+  it.each(["hub", "spoke"])("prints the %s's functions as Deployments and Services, nothing of Knative Serving", async (side) => {
+    const r = await run(["render", side, "--workloads", "deployments"]);
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    expect(r.stdout).not.toContain("serving.knative.dev");
+    expect(r.stdout).toMatch(/^apiVersion: apps\/v1\nkind: Deployment\n/m);
+    expect(r.stdout).toMatch(/ref:\n\s+apiVersion: v1\n\s+kind: Service\n/);
   });
 });
 

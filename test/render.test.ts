@@ -105,3 +105,84 @@ describe("a render", () => {
     expect(of(renderSpoke(), "Secret")).toEqual([]);
   });
 });
+
+// --workloads deployments: clusters with Eventing but no Serving.
+describe("a render with workloads deployments", () => {
+  type Ref = { apiVersion: string; kind: string; name: string };
+  type PodContainer = Container & { name: string; resources: unknown; ports: { containerPort: number }[]; readinessProbe: { httpGet: { path: string; port: number } } };
+  type Deployment = Manifest & { spec: { replicas: number; selector: { matchLabels: Record<string, string> }; template: { metadata: { labels: Record<string, string> }; spec: { serviceAccountName: string; containers: PodContainer[] } } } };
+  type CoreService = Manifest & { spec: { selector: Record<string, string>; ports: { port: number; targetPort: number }[] } };
+  const options = { registry: "registry.example", tag: "v2", env: { OCM_CLUSTER_AUTO_APPROVAL_USERS: "system:bootstrap:abc" } };
+  const sides = [
+    { side: "hub", knative: renderHub(options), plain: renderHub({ ...options, workloads: "deployments" }) },
+    {
+      side: "spoke",
+      knative: renderSpoke({ ...options, clusterName: "edge-7" }),
+      plain: renderSpoke({ ...options, clusterName: "edge-7", workloads: "deployments" }),
+    },
+  ] as const;
+  const refsOf = (objects: readonly Manifest[]): Ref[] => [
+    ...of<Trigger>([...objects], "Trigger").map((t) => t.spec.subscriber.ref as Ref),
+    ...objects.filter((o) => o.kind === "ContainerSource").flatMap((o) => ((o.spec as { sink: { ref: Ref } }).sink.ref.kind === "Service" ? [(o.spec as { sink: { ref: Ref } }).sink.ref] : [])),
+  ];
+
+  it.each(sides)("renders nothing of Knative Serving on the $side", ({ plain }) => {
+    expect(plain.filter((o) => o.apiVersion.startsWith("serving.knative.dev/")).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
+  });
+
+  it.each(sides)("runs every $side function as a Deployment behind a Service, its container the Knative form's", ({ side, knative, plain }) => {
+    const names = functions.filter((f) => f.side === side).map((f) => f.name);
+    expect(names.length).toBeGreaterThan(0);
+    for (const name of names) {
+      const f = functions.find((x) => x.name === name)!.f;
+      const deployment = plain.find((o) => o.apiVersion === "apps/v1" && o.kind === "Deployment" && o.metadata.name === name) as Deployment | undefined;
+      const service = plain.find((o) => o.apiVersion === "v1" && o.kind === "Service" && o.metadata.name === name) as CoreService | undefined;
+      expect(deployment, name).toBeDefined();
+      expect(service, name).toBeDefined();
+      const labels = { "app.kubernetes.io/name": name };
+      expect(deployment!.spec.selector.matchLabels).toEqual(labels);
+      expect(deployment!.spec.template.metadata.labels).toEqual(labels);
+      expect(service!.spec.selector).toEqual(labels);
+      expect(service!.spec.ports).toEqual([{ name: "http", port: 80, targetPort: 8080 }]);
+      expect(deployment!.spec.replicas).toBe(Math.max(f.deploy.options?.scale?.min ?? 0, 1));
+      expect(deployment!.spec.template.spec.serviceAccountName).toBe(f.deploy.serviceAccountName);
+      const kservice = of<KService>([...knative], "Service").find((s) => s.metadata.name === name)!;
+      const expected = kservice.spec.template.spec.containers[0]! as PodContainer;
+      const [container] = deployment!.spec.template.spec.containers;
+      expect(container!.name).toBe("function");
+      expect({ image: container!.image, env: container!.env, resources: container!.resources }).toEqual({ image: expected.image, env: expected.env, resources: expected.resources });
+      expect(container!.image).toBe(`registry.example/ocm-functions/${name}:v2`);
+      expect(container!.readinessProbe.httpGet.port).toBe(container!.ports[0]!.containerPort);
+    }
+  });
+
+  it.each(sides)("points every $side Trigger and relay sink at a v1 Service of the render", ({ plain }) => {
+    const refs = refsOf(plain);
+    expect(refs.length).toBeGreaterThan(0);
+    const services = new Set(plain.filter((o) => o.apiVersion === "v1" && o.kind === "Service").map((o) => o.metadata.name));
+    for (const ref of refs) {
+      expect(ref.apiVersion, ref.name).toBe("v1");
+      expect(services.has(ref.name), ref.name).toBe(true);
+    }
+  });
+
+  it("sinks the hub's cluster-lease-monitor relay to its v1 Service", () => {
+    const [hubSide] = sides;
+    const source = hubSide.plain.find((o) => o.kind === "ContainerSource" && o.metadata.name === hubRelayName("cluster-lease-monitor"))!;
+    expect(source.spec).toMatchObject({ sink: { ref: { apiVersion: "v1", kind: "Service", name: "cluster-lease-monitor" } } });
+  });
+
+  it.each(sides)("leaves every other $side object as the Knative form has it", ({ knative, plain }) => {
+    const names = new Set(functions.map((f) => f.name));
+    const isWorkload = (o: Manifest) => (o.kind === "Service" || o.kind === "Deployment") && names.has(o.metadata.name);
+    const rest = (objects: readonly Manifest[]) =>
+      objects
+        .filter((o) => !isWorkload(o))
+        .map((o) => (o.kind === "Trigger" || o.kind === "ContainerSource" ? { ...o, spec: JSON.parse(JSON.stringify(o.spec).replaceAll('"apiVersion":"serving.knative.dev/v1"', '"apiVersion":"v1"')) } : o));
+    expect(rest(plain)).toEqual(rest(knative));
+  });
+
+  it("refuses a workload form it does not know", () => {
+    expect(() => renderHub({ workloads: "bogus" as "knative" })).toThrow(/workloads: give knative or deployments/);
+  });
+});

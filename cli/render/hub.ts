@@ -1,5 +1,6 @@
 // The hub on Knative: OCM's CRDs and admission policies, the bootstrap RBAC, and per hub function its
-// identity, Knative Service and Triggers, fed by one Broker from an ApiServerSource and a PingSource.
+// identity, workload (a Knative Service, or a Deployment and Service) and Triggers, fed by one Broker
+// from an ApiServerSource and a PingSource.
 import type { ApiResource } from "../../shared/api/meta.ts";
 import {
   CertificateSigningRequestResource,
@@ -33,7 +34,8 @@ import {
   identity,
   imageOf,
   isSpokeCrd,
-  knativeService,
+  functionRef,
+  functionWorkload,
   ocmCrds,
   namespace,
   readManifests,
@@ -174,7 +176,7 @@ function hubRelay(f: FunctionDeployment, ns: string, cluster: string, o: HubOpti
             ],
           },
         },
-        sink: { ref: { apiVersion: "serving.knative.dev/v1", kind: "Service", name: f.name } },
+        sink: { ref: functionRef(f.name, o) },
       },
     },
   ];
@@ -205,8 +207,8 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
   for (const f of fns) {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name, relocate: { [HubNamespaceDefault]: ns } }),
-      knativeService(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
-      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns)),
+      ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
+      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o)),
     );
   }
   objects.push(...sourceIdentity(ns, watches), {

@@ -5,7 +5,7 @@ import type { Manifest } from "./objects.ts";
 
 export { renderHub, HubNamespaceDefault, type HubOptions } from "./hub.ts";
 export { renderSpoke, type SpokeOptions } from "./spoke.ts";
-export { partOfSelector, PartOfLabel, PartOf, type Manifest, type CommonOptions } from "./objects.ts";
+export { partOfSelector, PartOfLabel, PartOf, type Manifest, type CommonOptions, type Workloads } from "./objects.ts";
 
 export function toYaml(objects: readonly Manifest[], header?: string): string {
   const docs = objects.map((o) => stringify(o, { lineWidth: 0 }));

@@ -1,5 +1,6 @@
 // The objects both sides are made of: a function's identity (ServiceAccount and its manifests/rbac
-// roles), its Knative Service, the Broker and the Triggers of its subscriptions, all as plain objects.
+// roles), its workload (a Knative Service, or a Deployment and a Service), the Broker and the Triggers
+// of its subscriptions, all as plain objects.
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
@@ -20,6 +21,10 @@ export const partOfSelector = `${PartOfLabel}=${PartOf}`;
 export const BrokerClassAnnotation = "eventing.knative.dev/broker.class";
 export const DefaultBrokerClass = "MTChannelBasedBroker";
 
+// How a function runs: a Knative Service, or (for clusters with Eventing but no Serving) a Deployment
+// and a core Service.
+export type Workloads = "knative" | "deployments";
+
 export type Resources = { requests?: { cpu?: string; memory?: string }; limits?: { cpu?: string; memory?: string } };
 
 // What both renders share.
@@ -33,6 +38,7 @@ export type CommonOptions = {
   // Values for func.yaml's run.envs: fills {{ env:NAME }} placeholders and replaces the value of any
   // variable of that name (e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS).
   env?: Readonly<Record<string, string>>;
+  workloads?: Workloads; // default knative
 };
 
 export const defaultResources: Required<Resources> = { requests: { cpu: "25m", memory: "96Mi" }, limits: { memory: "256Mi" } };
@@ -106,9 +112,10 @@ export const envValue = (env: { name: string; value: string }[], name: string) =
 // faas-js-runtime listens on 8080 (it ignores Knative's PORT) and serves these two health paths.
 const FUNCTION_PORT = 8080;
 
-// The Knative Service of one function: scale to zero unless func.yaml's scale says otherwise.
-export function knativeService(f: FunctionDeployment, o: CommonOptions & { namespace: string; containerEnv: { name: string; value: string }[] }): Manifest {
-  const scale = f.deploy.options?.scale;
+type ContainerOptions = CommonOptions & { containerEnv: { name: string; value: string }[] };
+
+// A function's container as both workload forms run it: the image, env, resources and health paths.
+export function functionContainer(f: FunctionDeployment, o: ContainerOptions) {
   const own = f.deploy.options?.resources;
   const base = o.resources ?? defaultResources;
   const resources = {
@@ -116,6 +123,19 @@ export function knativeService(f: FunctionDeployment, o: CommonOptions & { names
     limits: { ...base.limits, cpu: own?.limits?.cpu ?? base.limits?.cpu, memory: own?.limits?.memory ?? base.limits?.memory },
   };
   for (const side of [resources.requests, resources.limits]) for (const k of ["cpu", "memory"] as const) if (side[k] === undefined) delete side[k];
+  return {
+    image: imageOf(o, f.name),
+    ports: [{ containerPort: FUNCTION_PORT }],
+    env: o.containerEnv,
+    resources,
+    readinessProbe: { httpGet: { path: "/health/readiness" } },
+    livenessProbe: { httpGet: { path: "/health/liveness" } },
+  };
+}
+
+// The Knative Service of one function: scale to zero unless func.yaml's scale says otherwise.
+export function knativeService(f: FunctionDeployment, o: ContainerOptions & { namespace: string }): Manifest {
+  const scale = f.deploy.options?.scale;
   return {
     apiVersion: "serving.knative.dev/v1",
     kind: "Service",
@@ -130,23 +150,63 @@ export function knativeService(f: FunctionDeployment, o: CommonOptions & { names
         },
         spec: {
           serviceAccountName: f.deploy.serviceAccountName,
-          containerConcurrency: own?.limits?.concurrency ?? o.containerConcurrency ?? 10,
+          containerConcurrency: f.deploy.options?.resources?.limits?.concurrency ?? o.containerConcurrency ?? 10,
           ...(o.timeoutSeconds !== undefined ? { timeoutSeconds: o.timeoutSeconds } : {}),
-          containers: [
-            {
-              image: imageOf(o, f.name),
-              ports: [{ containerPort: FUNCTION_PORT }],
-              env: o.containerEnv,
-              resources,
-              readinessProbe: { httpGet: { path: "/health/readiness" } },
-              livenessProbe: { httpGet: { path: "/health/liveness" } },
-            },
-          ],
+          containers: [functionContainer(f, o)],
         },
       },
     },
   };
 }
+
+// Without Serving: a Deployment (func.yaml's scale.min replicas, at least one: nothing scales from zero)
+// and a core Service on port 80 in front of it. Knative infers the probes' port; a Deployment cannot.
+export function functionDeployment(f: FunctionDeployment, o: ContainerOptions & { namespace: string }): Manifest[] {
+  const labels = { "app.kubernetes.io/name": f.name };
+  const min = f.deploy.options?.scale?.min ?? 0;
+  const c = functionContainer(f, o);
+  const container = {
+    name: "function",
+    ...c,
+    ports: [{ name: "http", containerPort: FUNCTION_PORT }],
+    readinessProbe: { httpGet: { ...c.readinessProbe.httpGet, port: FUNCTION_PORT } },
+    livenessProbe: { httpGet: { ...c.livenessProbe.httpGet, port: FUNCTION_PORT } },
+    imagePullPolicy: "IfNotPresent",
+  };
+  return [
+    {
+      apiVersion: "apps/v1",
+      kind: "Deployment",
+      metadata: { name: f.name, namespace: o.namespace, labels },
+      spec: {
+        replicas: min > 0 ? min : 1,
+        selector: { matchLabels: labels },
+        template: { metadata: { labels: { ...labels } }, spec: { serviceAccountName: f.deploy.serviceAccountName, containers: [container] } },
+      },
+    },
+    {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { name: f.name, namespace: o.namespace, labels },
+      spec: { selector: labels, ports: [{ name: "http", port: 80, targetPort: FUNCTION_PORT }] },
+    },
+  ];
+}
+
+const workloadsOf = (o: CommonOptions): Workloads => {
+  const w = o.workloads ?? "knative";
+  if (w !== "knative" && w !== "deployments") throw new Error(`workloads: give knative or deployments, not ${String(w)}`);
+  return w;
+};
+
+// A function's workload in the form the options ask for.
+export function functionWorkload(f: FunctionDeployment, o: ContainerOptions & { namespace: string }): Manifest[] {
+  return workloadsOf(o) === "deployments" ? functionDeployment(f, o) : [knativeService(f, o)];
+}
+
+// What a Trigger or source sinks to for a function; Eventing resolves a core Service to its cluster-local URL.
+export const functionRef = (name: string, o: CommonOptions) =>
+  workloadsOf(o) === "deployments" ? { apiVersion: "v1", kind: "Service", name } : { apiVersion: "serving.knative.dev/v1", kind: "Service", name };
 
 export function broker(name: string, ns: string, o: CommonOptions): Manifest {
   return {
@@ -171,7 +231,7 @@ function triggerName(fn: string, filters: Record<string, string>): string {
 }
 
 // One Trigger per func.yaml subscription, its filter exactly the subscription's.
-export function triggers(f: FunctionDeployment, ns: string): Manifest[] {
+export function triggers(f: FunctionDeployment, ns: string, o: CommonOptions = {}): Manifest[] {
   const seen = new Set<string>();
   return f.deploy.subscriptions.map(({ source, filters }) => {
     const name = triggerName(f.name, filters);
@@ -185,7 +245,7 @@ export function triggers(f: FunctionDeployment, ns: string): Manifest[] {
       spec: {
         broker: source,
         filter: { attributes: filters },
-        subscriber: { ref: { apiVersion: "serving.knative.dev/v1", kind: "Service", name: f.name } },
+        subscriber: { ref: functionRef(f.name, o) },
       },
     };
   });

@@ -1,6 +1,7 @@
-// A spoke on Knative: the agent's namespace and CRDs, per spoke function its identity, Knative Service
-// and Triggers, one Broker fed by the event relay (a ContainerSource watching the spoke and, with the
-// agent's credentials, the hub), the heartbeat Deployment, and the bootstrap kubeconfig when given.
+// A spoke on Knative: the agent's namespace and CRDs, per spoke function its identity, workload (a
+// Knative Service, or a Deployment and Service) and Triggers, one Broker fed by the event relay (a
+// ContainerSource watching the spoke and, with the agent's credentials, the hub), the heartbeat
+// Deployment, and the bootstrap kubeconfig when given.
 import { stringify } from "yaml";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import { CertificateSigningRequestResource, LeaseResource, NamespaceResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
@@ -20,7 +21,7 @@ import {
   identity,
   imageOf,
   isSpokeCrd,
-  knativeService,
+  functionWorkload,
   namespace,
   ocmCrds,
   triggers,
@@ -180,8 +181,8 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   for (const f of fns) {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name }),
-      knativeService(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
-      ...triggers(f, ns),
+      ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
+      ...triggers(f, ns, o),
     );
   }
   objects.push(
