@@ -7,6 +7,8 @@
 #   scripts/build-tools.sh knative    # also the ApiServerSource receive adapter; prints its path last
 #   scripts/build-tools.sh registry   # also distribution's OCI registry (npm run images -- --push); prints its path last
 #   scripts/build-tools.sh knative-webhooks  # also Knative Serving's and Eventing's webhooks; prints their paths last
+#   scripts/build-tools.sh eventing   # also Knative Eventing's programs that run as pods on a node
+#                                     # (dev/control-plane/eventing.ts); prints one `<cmd> <path>` line each
 #   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs, kube-proxy, CoreDNS
 #                                     # and kubelet; prints their paths last, in that order (kubelet last)
 #   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
@@ -55,8 +57,8 @@ build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 echo "$bin"
 if [ "${1:-}" = "knative" ]; then
   # Versioned by name, so a bump in tools/knative/go.mod builds anew.
-  build knative "apiserver_receive_adapter-$knative_version" knative.dev/eventing/cmd/apiserver_receive_adapter "-s -w"
-  echo "$bin/apiserver_receive_adapter-$knative_version"
+  build knative "knative-eventing-apiserver_receive_adapter-$knative_version" knative.dev/eventing/cmd/apiserver_receive_adapter "-s -w"
+  echo "$bin/knative-eventing-apiserver_receive_adapter-$knative_version"
 fi
 if [ "${1:-}" = "registry" ]; then
   # Stamped as distribution's Makefile does, so `registry --version` names the module version.
@@ -73,6 +75,16 @@ if [ "${1:-}" = "knative-webhooks" ]; then
   build knative-webhooks "knative-eventing-webhook-$eventing_version" knative.dev/eventing/cmd/webhook "-s -w"
   echo "$bin/knative-serving-webhook-$serving_version"
   echo "$bin/knative-eventing-webhook-$eventing_version"
+fi
+if [ "${1:-}" = "eventing" ]; then
+  # Knative Eventing's controllers, webhook, Broker and channel data plane and source adapters, from
+  # tools/knative, each versioned by name. Printed as `<package below cmd/> <path>`.
+  for cmd in controller webhook mtchannel_broker broker/filter broker/ingress in_memory/channel_controller \
+    in_memory/channel_dispatcher mtping apiserver_receive_adapter; do
+    out="knative-eventing-${cmd//\//-}-$knative_version"
+    build knative "$out" "knative.dev/eventing/cmd/$cmd" "-s -w"
+    echo "$cmd $bin/$out"
+  done
 fi
 if [ "${1:-}" = "node" ]; then
   # Our own pause program (tools/pause), the sandbox image's only file, the probe a test pod runs,

@@ -48,6 +48,8 @@ if [ "${1:-}" = test ]; then
   # kube-scheduler, kube-proxy, CoreDNS and our pause programs, built here so no test waits on a build.
   "$root/scripts/setup-node.sh"
   "$root/scripts/build-tools.sh" node >/dev/null
+  # Knative Eventing in pods on that node (test/eventing-node.test.ts).
+  "$root/scripts/build-tools.sh" eventing >/dev/null
 fi
 
 cd "$root"
