@@ -35,6 +35,11 @@ export const EVENTING_COMMANDS = [
 ] as const;
 export type EventingCommand = (typeof EVENTING_COMMANDS)[number];
 
+// What Knative needs of kube-controller-manager besides a node's controllers (node.ts): its ClusterRoles
+// are aggregated (channelable-manipulator, addressable-resolver, podspecable-binding, ...), and the API
+// server, started with --enable-aggregator-routing=true, calls its webhook at the Endpoints' addresses.
+export const EVENTING_CONTROLLERS = ["clusterrole-aggregation-controller", "endpoints-controller"] as const;
+
 // The Deployments that must be Available before Eventing serves Brokers and Triggers. The PingSource
 // adapter is scaled up by the controller only once a PingSource exists, and ApiServerSource adapters
 // are made per source.

@@ -21,11 +21,15 @@ export type DeployedOptions = {
   namespace: string; // where install or join put the functions and sources
   dist: string; // what `npm run build` wrote
   runDir: string; // kubeconfigs and logs
+  recordDir?: string; // each relay records what it delivers to <recordDir>/<its object's name>.jsonl
 };
 
 export type Deployed = {
   functions: Map<string, string>; // Knative Service name → URL
   processes: Managed[];
+  // Stops the process of one object (e.g. the heartbeat Deployment), or starts it again as it was.
+  halt(object: string): Promise<void>;
+  resume(object: string): void;
   stop(): Promise<void>;
 };
 
@@ -120,10 +124,27 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
     return found;
   };
 
+  const launches = new Map<string, { bundle: string; env: Record<string, string> }>();
   const start = (what: string, bundle: string, env: Record<string, string>): Managed => {
+    launches.set(what, { bundle, env });
     const p = startProcess(o.runDir, `${o.cluster.name}-${what}`, process.execPath, [bundle], env);
     processes.push(p);
     return p;
+  };
+  const recording = (what: string): Record<string, string> => (o.recordDir ? { OCM_RELAY_RECORD: join(o.recordDir, `${what}.jsonl`) } : {});
+  const halt = async (what: string) => {
+    const name = `${o.cluster.name}-${what}`;
+    const running = processes.filter((p) => p.name === name);
+    if (!running.length) throw new Error(`no process runs ${what}`);
+    for (const p of running) {
+      await stopProcess(p);
+      processes.splice(processes.indexOf(p), 1);
+    }
+  };
+  const resume = (what: string) => {
+    const l = launches.get(what);
+    if (!l) throw new Error(`${what} was never started`);
+    start(what, l.bundle, l.env);
   };
 
   const dirFor = (what: string) => {
@@ -188,7 +209,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       for (const [cluster, creds] of Object.entries(config.clusters)) if ("inCluster" in creds) config.clusters[cluster] = { kubeconfigFile: file };
       const sink = sinkOf(cs.spec.sink.ref);
       if ("sinks" in sink) config.sinks = [...(config.sinks ?? []), ...sink.sinks];
-      start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
+      start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
     for (const src of apiServerSources) {
@@ -212,7 +233,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
         resync: ping ? { intervalMs: periodMs(ping.spec.schedule), source: `/apis/v1/namespaces/${o.namespace}/pingsources/${name(ping)}` } : { intervalMs: 0 },
       };
       // Knative runs its receive adapter; the relay delivers the same events (docs/relay.md)
-      start(name(src), join(o.dist, "components", "relay.js"), { OCM_RELAY_CONFIG: JSON.stringify(config), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
+      start(name(src), join(o.dist, "components", "relay.js"), { OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(src)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
     for (const d of deployments) {
@@ -230,5 +251,5 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
     throw err;
   }
   admin.close();
-  return { functions, processes, stop };
+  return { functions, processes, halt, resume, stop };
 }

@@ -1,0 +1,169 @@
+// A hub whose functions run as pods on a real node and are invoked by Knative Eventing: two local
+// clusters (hub and spoke), a node on the hub (node.ts, with Services and DNS), Knative Eventing in pods
+// (eventing.ts), our function and relay images built from the bundles and imported, and then what
+// `ocmf install hub --workloads deployments --wait all` applies: every hub function a Deployment and a
+// Service, subscribed by its rendered Triggers on the Broker that Knative's ApiServerSource and
+// PingSource feed. A recorder subscribed to the Broker with no filter (on the node's address, which
+// the pods reach) keeps every event the Broker delivered. The spoke is local processes, joined by the
+// caller with joinSpoke and runDeployed.
+// Used by test/eventing-node.test.ts, scripts/record-join-broker.ts and bench/broker-latency.ts. Needs root.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { bundle } from "../build/bundle.ts";
+import { buildImages, planImages } from "../build/images.ts";
+import { startClusters, DEFAULT_CONTROLLERS, type LocalCluster, type LocalClusters } from "../control-plane/clusters.ts";
+import { freeNodeSubnet, startNode, startScheduler, KUBERNETES_SERVICE_HOSTS, SERVICE_CONTROLLERS, type LocalNode } from "../control-plane/node.ts";
+import { startEventing, EVENTING_CONTROLLERS, type Eventing } from "../control-plane/eventing.ts";
+import { knativeCrds } from "../control-plane/knative.ts";
+import { applyAll, applyObject } from "../../cli/apply.ts";
+import { Discovery } from "../../cli/discovery.ts";
+import { installHub } from "../../cli/install.ts";
+import { bootstrapKubeconfig as bootstrapKubeconfigOf, createBootstrapToken, hubEndpointOf } from "../../cli/bootstrap-token.ts";
+import { waitUntilReady } from "../../cli/readiness.ts";
+import { HubNamespaceDefault, type Manifest } from "../../cli/render/index.ts";
+import { readFunctions } from "../../cli/render/func-yaml.ts";
+import { KubeClient } from "../../shared/kube/client.ts";
+
+// Images are tagged so that a pod never asks for :latest (which kubelet would try to pull).
+export const IMAGE_TAG = "local";
+export const RECORDER_TRIGGER = "ocmf-recorder";
+
+// One event as the Broker delivered it: the CloudEvent in structured form (attributes from the ce-
+// headers, data parsed when JSON), and when it arrived.
+export type Delivery = { time: string; event: Record<string, unknown> };
+
+export type EventingHub = {
+  work: string; // a temporary folder: bundles (dist/), images, run directories
+  dist: string;
+  hub: LocalCluster;
+  spoke: LocalCluster;
+  hubAdmin: KubeClient;
+  spokeAdmin: KubeClient;
+  node: LocalNode;
+  eventing: Eventing;
+  namespace: string; // the hub functions'
+  functions: string[]; // the hub functions, each a Deployment of that name
+  bootstrapKubeconfig: string; // a file: what `ocmf join --hub-kubeconfig` takes
+  deliveries: Delivery[];
+  installMs: number; // from the first object applied until everything is Ready (--wait all)
+  stop(): Promise<void>;
+};
+
+// The harness's own controllers (CSR signing above all), and those a node and Eventing need
+// (node.test.ts explains the node's).
+const CONTROLLERS = [...DEFAULT_CONTROLLERS, "serviceaccount-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller", ...SERVICE_CONTROLLERS, ...EVENTING_CONTROLLERS];
+
+function structured(headers: Record<string, string | string[] | undefined>, body: string): Record<string, unknown> {
+  const event: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(headers)) if (k.startsWith("ce-") && typeof v === "string") event[k.slice(3)] = v;
+  const type = headers["content-type"];
+  if (typeof type === "string") event.datacontenttype = type;
+  if (body) event.data = typeof type === "string" && type.startsWith("application/json") ? JSON.parse(body) : body;
+  return event;
+}
+
+function startRecorder(host: string, deliveries: Delivery[]): Promise<{ server: Server; port: number }> {
+  const server = createServer((req, res) => {
+    let body = "";
+    req.setEncoding("utf8");
+    req.on("data", (c: string) => (body += c));
+    req.on("end", () => {
+      try {
+        deliveries.push({ time: new Date().toISOString(), event: structured(req.headers, body) });
+        res.writeHead(202).end();
+      } catch (err) {
+        res.writeHead(400).end(String(err));
+      }
+    });
+  });
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, host, () => resolve({ server, port: (server.address() as { port: number }).port }));
+  });
+}
+
+// autoApprove: the cluster whose bootstrap CSR the hub approves and whose registration it accepts by
+// itself (OCM_CLUSTER_AUTO_APPROVAL_USERS names the bootstrap token's user for that cluster alone).
+export async function startEventingHub(o: { autoApprove?: string; log?: (line: string) => void } = {}): Promise<EventingHub> {
+  const log = o.log ?? (() => {});
+  const work = mkdtempSync(join(tmpdir(), "eventing-hub-"));
+  const dist = join(work, "dist");
+  const subnet = freeNodeSubnet();
+  const undo: (() => Promise<void>)[] = [async () => rmSync(work, { recursive: true, force: true })];
+  const stop = async () => {
+    for (const u of undo.splice(0).reverse()) await u().catch((err: Error) => log(`stopping: ${err.message}`));
+  };
+  try {
+    const [, clusters] = await Promise.all([
+      bundle({ outdir: dist }),
+      startClusters({
+        names: ["hub", "spoke"],
+        crds: false, // ocmf install hub brings OCM's; the spoke gets Knative's and join brings the rest
+        controllers: CONTROLLERS,
+        serviceAccountAdmission: true,
+        servingHosts: [`10.78.${subnet}.1`, ...KUBERNETES_SERVICE_HOSTS],
+        apiserverFlags: ["--authorization-mode=Node", "--enable-admission-plugins=NodeRestriction", "--enable-aggregator-routing=true"],
+      }),
+    ]);
+    undo.push(() => (clusters as LocalClusters).stop());
+    const hub = clusters.get("hub");
+    const spoke = clusters.get("spoke");
+    const hubAdmin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+    const spokeAdmin = KubeClient.fromKubeconfig(spoke.adminKubeconfig);
+    undo.push(async () => {
+      hubAdmin.close();
+      spokeAdmin.close();
+    });
+
+    const scheduler = await startScheduler(hub);
+    undo.push(() => scheduler.stop());
+    const node = await startNode(hub, { name: "node-a", subnet, apiserverProxy: true, services: true, log });
+    undo.push(() => node.stop());
+
+    // The hub's pods run only hub functions and the relay (cluster-lease-monitor's ContainerSource).
+    const functions = readFunctions()
+      .filter((f) => f.side === "hub")
+      .map((f) => f.name);
+    const specs = planImages(dist).filter((s) => functions.includes(s.name) || s.name === "relay");
+    for (const image of buildImages({ specs, out: join(work, "images"), tag: IMAGE_TAG }).images) node.importImage(image.archive);
+    const [eventing] = await Promise.all([
+      startEventing(hub, node, { log }),
+      // The spoke serves Knative's kinds, so `ocmf join` can apply its render there.
+      applyAll(spokeAdmin, knativeCrds(), { waitForCrds: true, deadline: Date.now() + 120_000, print: log }),
+    ]);
+
+    const deliveries: Delivery[] = [];
+    const recorder = await startRecorder(node.address, deliveries);
+    undo.push(() => new Promise<void>((resolve) => recorder.server.close(() => resolve())));
+
+    let bootstrapKubeconfig = join(work, "bootstrap.kubeconfig");
+    let env: Record<string, string> = {};
+    if (o.autoApprove) {
+      const token = await createBootstrapToken(hubAdmin, { now: new Date() });
+      env = { OCM_CLUSTER_AUTO_APPROVAL_USERS: `system:bootstrap:${token.id}=${o.autoApprove}` };
+      bootstrapKubeconfig = join(work, "auto-approved.kubeconfig");
+      writeFileSync(bootstrapKubeconfig, bootstrapKubeconfigOf(hubEndpointOf(hubAdmin), token.token), { mode: 0o600 });
+    }
+    const t0 = performance.now();
+    await installHub(
+      hubAdmin,
+      { render: { workloads: "deployments", tag: IMAGE_TAG, env }, wait: { level: "all", timeoutMs: 300_000, timeoutText: "5 minutes" }, ...(o.autoApprove ? {} : { bootstrapKubeconfigFile: bootstrapKubeconfig }) },
+      log,
+    );
+    const installMs = performance.now() - t0;
+    const trigger: Manifest = {
+      apiVersion: "eventing.knative.dev/v1",
+      kind: "Trigger",
+      metadata: { name: RECORDER_TRIGGER, namespace: HubNamespaceDefault },
+      spec: { broker: "default", subscriber: { uri: `http://${node.address}:${recorder.port}/` } },
+    };
+    await applyObject(hubAdmin, new Discovery(hubAdmin), trigger);
+    await waitUntilReady(hubAdmin, [trigger], { deadline: Date.now() + 60_000, timeoutText: "60 s", print: log });
+    return { work, dist, hub, spoke, hubAdmin, spokeAdmin, node, eventing, namespace: HubNamespaceDefault, functions, bootstrapKubeconfig, deliveries, installMs, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}

@@ -1,0 +1,150 @@
+// The hub's functions as pods on a real node, invoked by Knative Eventing itself: Knative Eventing
+// v0.50.0 runs in pods (controller, webhook, MT channel-based Broker over the in-memory channel,
+// ApiServerSource and PingSource adapters, all built from their Go modules), and `ocmf install hub
+// --workloads deployments --wait all` puts every hub function there as a Deployment and a Service,
+// subscribed by its rendered Triggers (dev/local/eventing-hub.ts). No hub function runs anywhere else,
+// so every hub reconcile below is a function pod answering a Broker delivery (cluster-lease-monitor's
+// through its relay pod, a ContainerSource). The spoke is local processes, as `ocmf join` applied it.
+//
+// Needs root (the node); fails, never skips, when the node or Eventing cannot start.
+import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { join } from "node:path";
+import { readFileSync } from "node:fs";
+import { startEventingHub, IMAGE_TAG, type EventingHub } from "../dev/local/eventing-hub.ts";
+import { EVENTING_DEPLOYMENTS, EventingNamespace } from "../dev/control-plane/eventing.ts";
+import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
+import { joinSpoke } from "../cli/join.ts";
+import { acceptCluster } from "../cli/accept.ts";
+import { HeartbeatName } from "../cli/render/spoke.ts";
+import type { KubeObject } from "../shared/kube/client.ts";
+import { ConfigMapResource, LeaseResource } from "../shared/api/kube.ts";
+import { ManifestWorkResource } from "../shared/api/work.ts";
+import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { AgentNamespaceDefault } from "../shared/api/registration.ts";
+import { findCondition } from "../shared/conditions.ts";
+import type { ApiResource } from "../shared/api/meta.ts";
+import { eventually } from "./support/eventually.ts";
+
+const CLUSTER = "cluster1";
+const PodResource = { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true } as const satisfies ApiResource;
+const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
+
+type Pod = KubeObject & {
+  metadata: { labels?: Record<string, string>; deletionTimestamp?: string };
+  spec: { nodeName?: string; containers: { image: string }[] };
+  status?: { phase?: string; conditions?: { type: string; status: string }[] };
+};
+type Deployment = KubeObject & { status?: { conditions?: { type: string; status: string }[] } };
+type Lease = KubeObject & { spec?: { renewTime?: string } };
+
+const ready = (p: Pod) => p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
+const statusOf = (mc: ManagedCluster | undefined, type: string) => findCondition(mc?.status?.conditions, type)?.status;
+
+let env: EventingHub;
+let spokeRun: Deployed | undefined;
+
+async function podsOf(fn: string): Promise<Pod[]> {
+  const { items } = await env.hubAdmin.list<Pod>(PodResource, { namespace: env.namespace, labelSelector: `app.kubernetes.io/name=${fn}` });
+  return items;
+}
+
+async function cluster(): Promise<ManagedCluster | undefined> {
+  return env.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, CLUSTER);
+}
+
+beforeAll(async () => {
+  expect(process.getuid?.(), "a node needs root").toBe(0);
+  env = await startEventingHub();
+}, 900_000);
+
+afterAll(async () => {
+  await spokeRun?.stop();
+  await env?.stop();
+}, 180_000);
+
+describe("the hub's functions as pods on a node, invoked through Knative Eventing's Broker", () => {
+  it("Knative Eventing runs in pods from our images, and install --wait all left every hub function Available as a pod of its image", async () => {
+    for (const name of EVENTING_DEPLOYMENTS) {
+      const d = await env.hubAdmin.get<Deployment>(DeploymentResource, name, EventingNamespace);
+      expect(d?.status?.conditions?.find((c) => c.type === "Available")?.status, name).toBe("True");
+    }
+    const { items: knative } = await env.hubAdmin.list<Pod>(PodResource, { namespace: EventingNamespace });
+    expect(knative.filter(ready).map((p) => p.spec.containers[0]!.image).every((i) => i.startsWith("dev.local/knative-eventing/") && i.endsWith(`:${env.eventing.version}`))).toBe(true);
+    expect(env.functions.length).toBe(8);
+    for (const fn of env.functions) {
+      const pods = (await podsOf(fn)).filter(ready);
+      expect(pods.length, fn).toBe(1);
+      expect(pods[0]!.spec.nodeName).toBe(env.node.name);
+      expect(pods[0]!.spec.containers[0]!.image).toBe(`dev.local/ocm-functions/${fn}:${IMAGE_TAG}`);
+    }
+    // Knative's own ApiServerSource adapter, made by its controller from the rendered ApiServerSource.
+    const { items: adapters } = await env.hubAdmin.list<Pod>(PodResource, { namespace: env.namespace });
+    expect(adapters.some((p) => p.spec.containers[0]!.image.startsWith("dev.local/knative-eventing/apiserver_receive_adapter:") && ready(p))).toBe(true);
+  }, 60_000);
+
+  it("a spoke joins: it registers, a function pod deleted mid-join comes back, the cluster is accepted, Joined and Available", async () => {
+    await joinSpoke(env.spokeAdmin, { bootstrapKubeconfig: readFileSync(env.bootstrapKubeconfig, "utf8"), render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, () => {});
+    spokeRun = await runDeployed({ cluster: env.spoke, namespace: AgentNamespaceDefault, dist: env.dist, runDir: join(env.work, "run-spoke") });
+    await eventually(async () => expect(await cluster()).toBeDefined(), { timeoutMs: 60_000 });
+
+    // Mid-join: the acceptor's pod goes while the acceptance it must act on is being made.
+    const [gone] = await podsOf("cluster-acceptor");
+    await Promise.all([
+      env.hubAdmin.request("DELETE", `/api/v1/namespaces/${env.namespace}/pods/${gone!.metadata.name}`),
+      eventually(() => acceptCluster(env.hubAdmin, CLUSTER), { timeoutMs: 60_000, intervalMs: 1_000 }),
+    ]);
+    const mc = await eventually(
+      async () => {
+        const got = await cluster();
+        for (const type of [ManagedClusterConditionType.HubAccepted, ManagedClusterConditionType.Joined, ManagedClusterConditionType.Available]) expect(statusOf(got, type), type).toBe("True");
+        return got!;
+      },
+      { timeoutMs: 240_000, intervalMs: 500 },
+    );
+    expect(mc.spec?.hubAcceptsClient).toBe(true);
+    const pods = await podsOf("cluster-acceptor");
+    expect(pods.map((p) => p.metadata.name)).not.toContain(gone!.metadata.name);
+    expect(pods.filter(ready).length).toBe(1);
+    // What reached the functions came through the Broker: the recorder, subscribed to it without a
+    // filter, saw the cluster's registration and its CSR as Knative's ApiServerSource reported them.
+    const seen = env.deliveries.map((d) => `${d.event.type} ${d.event.kind}`);
+    expect(seen).toEqual(expect.arrayContaining(["dev.knative.apiserver.resource.add ManagedCluster", "dev.knative.apiserver.resource.update ManagedCluster", "dev.knative.apiserver.resource.add CertificateSigningRequest"]));
+    expect(env.deliveries.every((d) => d.event.cluster === "hub")).toBe(true);
+  }, 360_000);
+
+  it("its lease renews; the cluster turns Unknown when the heartbeat stops and Available again when it returns", async () => {
+    // A short lease, as an admin may set it: the heartbeat renews every 2 s and the monitor's grace is 10 s.
+    await env.hubAdmin.request("PATCH", `/apis/cluster.open-cluster-management.io/v1/managedclusters/${CLUSTER}`, JSON.stringify({ spec: { leaseDurationSeconds: 2 } }), "application/merge-patch+json");
+    const renewTime = async () => (await env.hubAdmin.get<Lease>(LeaseResource, ManagedClusterLeaseName, CLUSTER))?.spec?.renewTime;
+    const first = await eventually(async () => {
+      const t = await renewTime();
+      expect(t).toBeDefined();
+      return t!;
+    });
+    await eventually(async () => expect(await renewTime()).not.toBe(first), { timeoutMs: 30_000, intervalMs: 500 });
+
+    await spokeRun!.halt(HeartbeatName);
+    await eventually(async () => expect(statusOf(await cluster(), ManagedClusterConditionType.Available)).toBe("Unknown"), { timeoutMs: 120_000, intervalMs: 500 });
+    spokeRun!.resume(HeartbeatName);
+    await eventually(async () => expect(statusOf(await cluster(), ManagedClusterConditionType.Available)).toBe("True"), { timeoutMs: 120_000, intervalMs: 500 });
+  }, 300_000);
+
+  it("a ManifestWork on the hub is applied on the spoke", async () => {
+    const manifest = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "hello-from-hub", namespace: "default" }, data: { from: "hub" } };
+    await env.hubAdmin.create(ManifestWorkResource, { metadata: { name: "hello", namespace: CLUSTER }, spec: { workload: { manifests: [manifest] } } });
+    await eventually(async () => expect((await env.spokeAdmin.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, "hello-from-hub", "default"))?.data).toEqual({ from: "hub" }), {
+      timeoutMs: 60_000,
+    });
+    await eventually(
+      async () => {
+        const work = await env.hubAdmin.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ManifestWorkResource, "hello", CLUSTER);
+        expect(work?.status?.conditions?.find((c) => c.type === "Applied")?.status).toBe("True");
+      },
+      { timeoutMs: 60_000 },
+    );
+  }, 150_000);
+
+  it("the resync tick comes from Knative's PingSource through the Broker", async () => {
+    await eventually(() => expect(env.deliveries.some((d) => d.event.type === "dev.knative.sources.ping" && d.event.cluster === "hub")).toBe(true), { timeoutMs: 90_000, intervalMs: 1_000 });
+  }, 120_000);
+});
