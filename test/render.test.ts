@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
 import { isRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
 import { hubRelayName } from "../cli/render/hub.ts";
+import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
 
@@ -19,7 +20,7 @@ describe("manifests/{hub,spoke}/knative.yaml", () => {
 
 type Container = { image: string; env: { name: string; value: string }[] };
 type KService = Manifest & { spec: { template: { metadata: { annotations: Record<string, string> }; spec: { serviceAccountName: string; containers: Container[] } } } };
-type Trigger = Manifest & { spec: { broker: string; filter: { attributes: Record<string, string> }; subscriber: { ref: { kind: string; name: string } } } };
+type Trigger = Manifest & { spec: TriggerSpec & { broker: string; subscriber: { ref: { kind: string; name: string } } } };
 
 const hub = renderHub();
 const spoke = renderSpoke({ clusterName: "edge-7", externalServerUrls: ["https://edge-7.example:6443"] });
@@ -40,9 +41,10 @@ describe("a render", () => {
     expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([8, 5]);
   });
 
-  it.each(functions.filter(({ f }) => !isRelayFed(f)))("gives $name one Trigger per func.yaml subscription, its filter exactly the subscription's", ({ name, f, objects }) => {
+  it.each(functions.filter(({ f }) => !isRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions", ({ name, f, objects }) => {
     const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
-    expect(mine.map((t) => ({ source: t.spec.broker, filters: t.spec.filter.attributes }))).toEqual(f.deploy.subscriptions);
+    expect(mine.map((t) => t.metadata.name)).toEqual([name]);
+    expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual(f.deploy.subscriptions);
     expect(new Set(mine.map((t) => t.spec.subscriber.ref.kind))).toEqual(new Set(["Service"]));
   });
 

@@ -220,33 +220,31 @@ export function broker(name: string, ns: string, o: CommonOptions): Manifest {
 
 export const brokerRef = (name: string) => ({ ref: { apiVersion: "eventing.knative.dev/v1", kind: "Broker", name } });
 
-// The Trigger's name says what it lets through: <function>[-<kind>][-<mode>-<verb>|-ping].
-function triggerName(fn: string, filters: Record<string, string>): string {
-  const type = filters.type
-    ?.replace(/^dev\.knative\.apiserver\./, "")
-    .replace(/^dev\.knative\.sources\./, "")
-    .replace(/\./g, "-");
-  const rest = Object.keys(filters).filter((k) => k !== "type" && k !== "kind");
-  return [fn, filters.kind?.toLowerCase(), type, ...rest.map((k) => `${k}-${filters[k]}`)].filter(Boolean).join("-").toLowerCase();
+// A Trigger's filter in either of Knative's forms: `filter.attributes` (one exact match) or `filters`
+// (here one `any` of `exact` matches). As a list of attribute maps, any of which lets an event through;
+// an empty map lets everything through.
+export type TriggerSpec = { filter?: { attributes?: Record<string, string> }; filters?: { any?: { exact?: Record<string, string> }[] }[] };
+export function triggerFilters(spec: TriggerSpec): Record<string, string>[] {
+  if (spec.filters?.length) return spec.filters.flatMap((f) => (f.any ?? []).map((a) => a.exact ?? {}));
+  return [spec.filter?.attributes ?? {}];
 }
 
-// One Trigger per func.yaml subscription, its filter exactly the subscription's.
+// One Trigger per function and Broker, letting through what any of its func.yaml subscriptions to that
+// Broker names. Not one per subscription: with the channel-based Broker each Trigger is a Subscription
+// on the Broker's channel, so every event goes to the filter once per Trigger (76 times for our hub).
 export function triggers(f: FunctionDeployment, ns: string, o: CommonOptions = {}): Manifest[] {
-  const seen = new Set<string>();
-  return f.deploy.subscriptions.map(({ source, filters }) => {
-    const name = triggerName(f.name, filters);
-    if (seen.has(name)) throw new Error(`functions/${f.name}/func.yaml: two subscriptions would both be Trigger ${name}`);
+  const bySource = new Map<string, Record<string, string>[]>();
+  for (const { source, filters } of f.deploy.subscriptions) bySource.set(source, [...(bySource.get(source) ?? []), filters]);
+  return [...bySource.entries()].map(([source, list]) => {
+    const name = bySource.size === 1 ? f.name : `${f.name}-${source}`;
     if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`functions/${f.name}/func.yaml: Trigger name ${name} is not a DNS label`);
-    seen.add(name);
+    // A subscription without filters wants every event: then so does the Trigger.
+    const filter = list.some((x) => Object.keys(x).length === 0) ? {} : list.length === 1 ? { filter: { attributes: list[0] } } : { filters: [{ any: list.map((exact) => ({ exact })) }] };
     return {
       apiVersion: "eventing.knative.dev/v1",
       kind: "Trigger",
       metadata: { name, namespace: ns },
-      spec: {
-        broker: source,
-        filter: { attributes: filters },
-        subscriber: { ref: functionRef(f.name, o) },
-      },
+      spec: { broker: source, ...filter, subscriber: { ref: functionRef(f.name, o) } },
     };
   });
 }

@@ -12,6 +12,7 @@ import { freePort, type LocalCluster } from "../control-plane/clusters.ts";
 import { logTail, startGuard, startProcess, stopProcess, type Managed } from "../control-plane/processes.ts";
 import { Discovery } from "../../cli/discovery.ts";
 import { partOfSelector } from "../../cli/render/index.ts";
+import { triggerFilters, type TriggerSpec } from "../../cli/render/objects.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
 import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
@@ -38,7 +39,7 @@ type Container = { image: string; env?: Env };
 type PodSpec = { serviceAccountName?: string; containers: Container[] };
 type Ref = { apiVersion: string; kind: string; name: string };
 type KService = KubeObject & { spec: { template: { spec: PodSpec } } };
-type Trigger = KubeObject & { spec: { broker: string; filter?: { attributes?: Record<string, string> }; subscriber: { ref: Ref } } };
+type Trigger = KubeObject & { spec: TriggerSpec & { broker: string; subscriber: { ref: Ref } } };
 type ContainerSource = KubeObject & { spec: { template: { spec: PodSpec }; sink: { ref: Ref } } };
 type Selector = { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
 type ApiServerSource = KubeObject & {
@@ -194,7 +195,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
     type Sink = { name: string; url: string; filters: Record<string, string>[] };
     const brokerSinks = (broker: string): Sink[] => {
       const bySubscriber = new Map<string, Record<string, string>[]>();
-      for (const t of triggers.filter((x) => x.spec.broker === broker)) bySubscriber.set(t.spec.subscriber.ref.name, [...(bySubscriber.get(t.spec.subscriber.ref.name) ?? []), t.spec.filter?.attributes ?? {}]);
+      for (const t of triggers.filter((x) => x.spec.broker === broker)) bySubscriber.set(t.spec.subscriber.ref.name, [...(bySubscriber.get(t.spec.subscriber.ref.name) ?? []), ...triggerFilters(t.spec)]);
       return [...bySubscriber.entries()].map(([fn, filters]) => ({ name: fn, url: urlOf({ apiVersion: "serving.knative.dev/v1", kind: "Service", name: fn }), filters }));
     };
     const sinkOf = (ref: Ref): { sinks: Sink[] } | { kSink: string } => (ref.kind === "Broker" ? { sinks: brokerSinks(ref.name) } : { kSink: urlOf(ref) });
