@@ -5,9 +5,12 @@ import { heartbeat } from "./heartbeat.ts";
 import { work } from "./work.ts";
 import { health } from "./health.ts";
 import { addon } from "./addon.ts";
+import { broker } from "./broker.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
+// broker needs root (a real node) and is run only when named: npm run bench -- broker
 const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon];
+const byName: Bench[] = [broker];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.
@@ -19,7 +22,7 @@ process.on("uncaughtException", (err) => {
 });
 
 const wanted = process.argv.slice(2);
-for (const b of benches.filter((x) => wanted.length === 0 || wanted.includes(x.name))) {
+for (const b of wanted.length ? [...benches, ...byName].filter((x) => wanted.includes(x.name)) : benches) {
   process.stdout.write(`\n# ${b.name}\n`);
   const figures = await b.run();
   for (const [k, v] of Object.entries(figures)) process.stdout.write(`${k.padEnd(44)} ${v}\n`);

@@ -86,6 +86,9 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     await joinSpoke(env.spokeAdmin, { bootstrapKubeconfig: readFileSync(env.bootstrapKubeconfig, "utf8"), render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, () => {});
     spokeRun = await runDeployed({ cluster: env.spoke, namespace: AgentNamespaceDefault, dist: env.dist, runDir: join(env.work, "run-spoke") });
     await eventually(async () => expect(await cluster()).toBeDefined(), { timeoutMs: 60_000 });
+    // A short lease, as an admin may set it (the heartbeat reads it before each renewal, so before the
+    // first one): renewals every 2 s, and the hub's grace is 10 s.
+    await env.hubAdmin.request("PATCH", `/apis/cluster.open-cluster-management.io/v1/managedclusters/${CLUSTER}`, JSON.stringify({ spec: { leaseDurationSeconds: 2 } }), "application/merge-patch+json");
 
     // Mid-join: the acceptor's pod goes while the acceptance it must act on is being made.
     const [gone] = await podsOf("cluster-acceptor");
@@ -113,8 +116,6 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
   }, 360_000);
 
   it("its lease renews; the cluster turns Unknown when the heartbeat stops and Available again when it returns", async () => {
-    // A short lease, as an admin may set it: the heartbeat renews every 2 s and the monitor's grace is 10 s.
-    await env.hubAdmin.request("PATCH", `/apis/cluster.open-cluster-management.io/v1/managedclusters/${CLUSTER}`, JSON.stringify({ spec: { leaseDurationSeconds: 2 } }), "application/merge-patch+json");
     const renewTime = async () => (await env.hubAdmin.get<Lease>(LeaseResource, ManagedClusterLeaseName, CLUSTER))?.spec?.renewTime;
     const first = await eventually(async () => {
       const t = await renewTime();

@@ -1,6 +1,9 @@
-// Recorded join streams (test/fixtures/join/, made by scripts/record-join.ts) replayed into the functions
-// on fresh control planes with no resync ticks at all: in order, shuffled, duplicated, reordered within
-// each object and partly dropped. Each must reach the whole end state of a clean in-order replay.
+// Recorded join streams replayed into the functions on fresh control planes with no resync ticks at all:
+// in order, shuffled, duplicated, reordered within each object and partly dropped. Each must reach the
+// whole end state of a clean in-order replay of the same recording. Two recordings of one join:
+// test/fixtures/join/ (scripts/record-join.ts, our relays feeding every function) and
+// test/fixtures/join-broker/ (scripts/record-join-broker.ts, the hub's events as Knative's Broker delivered
+// them, the spoke's from our relay).
 //
 // How an event reaches a fresh world: a watch can only report an object that exists, so an event is held
 // back until the object it names has existed in the fresh world (then delivered in the variant's order),
@@ -36,22 +39,29 @@ import { eventually } from "./support/eventually.ts";
 type Recorded = { time: string; sink: string; status: number | null; event: Record<string, unknown> };
 
 const CLUSTER = "cluster1";
-const fixtures = join(import.meta.dirname, "fixtures", "join");
 // The recording holds every function of the fleet; the join is these four, fed these kinds.
 const joinSinks = new Set(["hub/cluster-acceptor", "hub/csr-approver", `${CLUSTER}/spoke-registration`, `${CLUSTER}/spoke-cluster-status`]);
 const joinKinds = new Set(["ManagedCluster", "CertificateSigningRequest", "Secret"]);
 const isTick = (r: Recorded) => r.event.type === "dev.knative.sources.ping";
-// In the order the relays delivered them: every event follows the change it reports.
-const stream: Recorded[] = readdirSync(fixtures)
-  .filter((f) => f.endsWith(".jsonl"))
-  .flatMap((f) => readFileSync(join(fixtures, f), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Recorded))
-  .sort((a, b) => a.time.localeCompare(b.time))
-  .filter((r) => joinSinks.has(r.sink) && (isTick(r) || joinKinds.has(String(r.event.kind))));
-const objectEvents = stream.filter((r) => !isTick(r));
-const ticks = stream.filter(isTick);
 const named = (r: Recorded) => ({ kind: String(r.event.kind), name: String(r.event.name) });
-// The recording's CSRs in order of creation (the order their first events were delivered in).
-const recordedCsrs = [...new Set(objectEvents.filter((r) => r.event.kind === "CertificateSigningRequest").map((r) => named(r).name))];
+
+type Recording = { lines: Recorded[]; stream: Recorded[]; objectEvents: Recorded[]; ticks: Recorded[]; recordedCsrs: string[] };
+
+// The recording in test/fixtures/<dir>/: every line, in the order it was delivered in (every event follows
+// the change it reports), and the join's part of it.
+function loadRecording(dir: string): Recording {
+  const fixtures = join(import.meta.dirname, "fixtures", dir);
+  const lines = readdirSync(fixtures)
+    .filter((f) => f.endsWith(".jsonl"))
+    .flatMap((f) => readFileSync(join(fixtures, f), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Recorded))
+    .sort((a, b) => a.time.localeCompare(b.time));
+  const stream = lines.filter((r) => joinSinks.has(r.sink) && (isTick(r) || joinKinds.has(String(r.event.kind))));
+  const objectEvents = stream.filter((r) => !isTick(r));
+  const ticks = stream.filter(isTick);
+  // The recording's CSRs in order of creation (the order their first events were delivered in).
+  const recordedCsrs = [...new Set(objectEvents.filter((r) => r.event.kind === "CertificateSigningRequest").map((r) => named(r).name))];
+  return { lines, stream, objectEvents, ticks, recordedCsrs };
+}
 
 // A deterministic shuffle, so a failure can be replayed exactly.
 function shuffled<T>(items: readonly T[], seed: number): T[] {
@@ -73,8 +83,9 @@ function reversedWithinEachObject(events: readonly Recorded[]): Recorded[] {
   return events.map((r) => groups.get(keyOf(r))!.pop()!);
 }
 
-// What the replay has seen exist in the fresh world: objects by kind/name, and the CSRs in order of creation.
-type World = { fleet: Fleet; spoke: KubeClient; seen: Set<string>; csrs: string[] };
+// What the replay has seen exist in the fresh world: objects by kind/name, and the CSRs in order of creation;
+// plane: the spoke's local cluster, the name its own events carry; recordedCsrs: the recording's, to map.
+type World = { fleet: Fleet; spoke: KubeClient; plane: string; recordedCsrs: string[]; seen: Set<string>; csrs: string[] };
 
 async function clusterCsrs(hub: KubeClient): Promise<CertificateSigningRequest[]> {
   const list = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${CLUSTER},!${AddonNameLabel}` });
@@ -91,7 +102,7 @@ async function observe(w: World): Promise<void> {
 function mapped(w: World, r: Recorded): Record<string, unknown> | undefined {
   const { kind, name } = named(r);
   if (kind === "CertificateSigningRequest") {
-    const index = recordedCsrs.indexOf(name);
+    const index = w.recordedCsrs.indexOf(name);
     if (index < 0) return w.csrs.includes(name) ? r.event : undefined; // already a fresh world's name
     const fresh = w.csrs[index];
     return fresh ? (JSON.parse(JSON.stringify(r.event).replaceAll(name, fresh)) as Record<string, unknown>) : undefined;
@@ -195,7 +206,7 @@ async function endState(w: World): Promise<unknown> {
   };
   let text = JSON.stringify(state)
     .replaceAll(w.fleet.clusters.get("hub").url, "<hub>")
-    .replaceAll(w.fleet.clusters.get(CLUSTER).url, "<spoke>")
+    .replaceAll(w.fleet.clusters.get(w.plane).url, "<spoke>")
     .replace(/system:bootstrap:[0-9a-f]{6}/g, "system:bootstrap:<token>")
     .replace(/"caBundle":"[^"]*"/g, '"caBundle":"<spoke ca>"');
   csrs.forEach((c, i) => (text = text.replaceAll(c.metadata.name, `<csr ${i}>`)));
@@ -212,9 +223,9 @@ function readRequestSubject(requestB64: string): { commonName: string; organizat
 // stopped when it ends: fourteen API servers at once do not come up on two cores.
 let current: World | undefined;
 
-async function freshWorld(): Promise<World> {
-  const fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true }], relays: false, heartbeats: false });
-  current = { fleet, spoke: KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig), seen: new Set(), csrs: [] };
+async function freshWorld(plane: string, recordedCsrs: string[]): Promise<World> {
+  const fleet = await startFleet({ spokes: [{ name: CLUSTER, controlPlane: plane, autoApprove: true }], relays: false, heartbeats: false });
+  current = { fleet, spoke: KubeClient.fromKubeconfig(fleet.clusters.get(plane).adminKubeconfig), plane, recordedCsrs, seen: new Set(), csrs: [] };
   return current;
 }
 
@@ -224,96 +235,131 @@ afterEach(async () => {
   current = undefined;
 });
 
-// Each test starts a fresh hub and spoke (about 20 s on 2 cores), hence its own time limit.
-describe("replaying a recorded join with no resync ticks", { timeout: 180_000 }, () => {
-  it("the recording is one real join: both sides, object events and resync ticks, one CSR", () => {
-    const sinks = new Set(stream.map((r) => r.sink));
-    expect(sinks).toEqual(new Set(["hub/cluster-acceptor", "hub/csr-approver", `${CLUSTER}/spoke-registration`, `${CLUSTER}/spoke-cluster-status`]));
-    expect(ticks.length).toBeGreaterThan(0);
-    expect(new Set(objectEvents.map((r) => r.event.kind))).toEqual(new Set(["ManagedCluster", "CertificateSigningRequest", "Secret"]));
-    expect(recordedCsrs).toHaveLength(1);
-  });
+// The two recordings of one join. join/ (scripts/record-join.ts): our relays fed every function.
+// join-broker/ (scripts/record-join-broker.ts): the hub's functions were fed what Knative's Broker
+// delivered (ApiServerSource and PingSource events, fanned out by the Trigger filters), the spoke's by our
+// relay. plane: the spoke's local cluster, the name its own events carry: the fleet's (cluster1) in the
+// first, OCM_CLUSTER_NAME as the spoke functions' func.yaml set it (spoke) in the second, where the spoke
+// was deployed as `ocmf join` renders it; a fresh world names it the same. The broker recording runs the structure check, the clean
+// replay and the variants marked for it; the rest run on the first recording only.
+const recordings = [
+  { dir: "join", title: "replaying a recorded join with no resync ticks", plane: CLUSTER, broker: false },
+  { dir: "join-broker", title: "replaying a recorded join whose hub events are the ones Knative's Broker delivered, with no resync ticks", plane: "spoke", broker: true },
+];
 
-  let reference: unknown;
-  it("a clean in-order replay joins, every event names an object of the fresh world, and each is answered 204 or a retry", async () => {
-    const w = await freshWorld();
-    const { statuses, undelivered } = await replay(w, objectEvents);
-    expect(undelivered).toEqual([]);
-    expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
-    reference = await endState(w);
-    expect(reference).toMatchObject({
-      managedCluster: { spec: { hubAcceptsClient: true }, conditions: expect.arrayContaining([{ type: "HubAcceptedManagedCluster", status: "True", reason: expect.any(String) }, { type: "ManagedClusterJoined", status: "True", reason: expect.any(String) }]) },
-      csrs: [{ issued: true }],
-      agentSecrets: expect.arrayContaining([expect.objectContaining({ name: HubKubeconfigSecretName, server: "<hub>", agentName: "<agent>", subject: { commonName: `system:open-cluster-management:${CLUSTER}:<agent>`, organizations: expect.any(Array) } })]),
+for (const { dir, title, plane, broker } of recordings) {
+  // Each test starts a fresh hub and spoke (about 20 s on 2 cores), hence its own time limit.
+  describe(title, { timeout: 180_000 }, () => {
+    const { lines, stream, objectEvents, ticks, recordedCsrs } = loadRecording(dir);
+
+    it("the recording is one real join: both sides, object events and resync ticks, one CSR", () => {
+      const sinks = new Set(stream.map((r) => r.sink));
+      expect(sinks).toEqual(new Set(["hub/cluster-acceptor", "hub/csr-approver", `${CLUSTER}/spoke-registration`, `${CLUSTER}/spoke-cluster-status`]));
+      expect(ticks.length).toBeGreaterThan(0);
+      expect(new Set(objectEvents.map((r) => r.event.kind))).toEqual(new Set(["ManagedCluster", "CertificateSigningRequest", "Secret"]));
+      expect(recordedCsrs).toHaveLength(1);
+      // The hub's objects come named "hub", the spoke's own (its secrets) with its local cluster's name.
+      expect(new Set(objectEvents.map((r) => `${r.event.kind} ${r.event.cluster}`))).toEqual(new Set(["ManagedCluster hub", "CertificateSigningRequest hub", `Secret ${plane}`]));
     });
-    expect(JSON.stringify(reference)).not.toContain("undefined");
-  });
 
-  const variants: { name: string; events: () => Recorded[] }[] = [
-    { name: "shuffled", events: () => shuffled(objectEvents, 7) },
-    { name: "every event twice, the copies shuffled apart", events: () => shuffled([...objectEvents, ...objectEvents], 11) },
-    { name: "each object's events in reverse order", events: () => reversedWithinEachObject(objectEvents) },
-    { name: "every third event dropped", events: () => objectEvents.filter((_, i) => i % 3 !== 2) },
-  ];
+    if (broker) {
+      it("the hub's events came through the Broker: each has the knativearrivaltime it stamps and the cluster extension hub", () => {
+        const hub = lines.filter((r) => r.sink.startsWith("hub/"));
+        expect(hub.length).toBeGreaterThan(0);
+        for (const r of hub) expect(r.event).toMatchObject({ knativearrivaltime: expect.any(String), cluster: "hub" });
+        // The spoke's side is our relay's recording, which the Broker never saw.
+        const spoke = lines.filter((r) => r.sink.startsWith(`${CLUSTER}/`));
+        expect(spoke.length).toBeGreaterThan(0);
+        expect(spoke.filter((r) => "knativearrivaltime" in r.event)).toEqual([]);
+      });
+    }
 
-  it.each(variants)("reaches the clean run's whole end state: $name", async ({ events }) => {
-    const sent = events();
-    expect(sent.some(isTick)).toBe(false);
-    const w = await freshWorld();
-    const { statuses, undelivered } = await replay(w, sent);
-    expect(undelivered).toEqual([]);
-    expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
-    expect(await endState(w)).toEqual(reference);
-  });
-
-  // The control: the same replay and comparison fed one resync round (each sink's first tick, in the
-  // recorded order) and no object events fails, so the variants above pass on their object events and
-  // could fail. (All of the recording's ticks, five rounds, do reach the join on their own: a tick wakes
-  // every key, which is what a resync is for; a replay must therefore carry none of them.)
-  it("one round of resync ticks alone does not reach that end state", async () => {
-    expect(reference).toBeDefined();
-    const w = await freshWorld();
-    const oneRound = [...new Map(ticks.map((r) => [r.sink, r] as const)).keys()].map((sink) => ticks.find((r) => r.sink === sink)!);
-    const { undelivered } = await replay(w, oneRound);
-    expect(undelivered).toEqual([]);
-    expect(await endState(w)).not.toEqual(reference);
-  });
-
-  // The recording of 74c5531 held three CSRs for one join (agents e5f91, 6b99a, e5f91) and two rewrites
-  // of hub-kubeconfig-secret: an invocation that had read "no hub secret, no pending request" wrote after
-  // the join was done, so a request under a fresh random agent name was issued and stored under the hub
-  // secret's agent name, a certificate the next invocation judged "for another agent" and replaced. Here
-  // that stale invocation's writes are made by hand on a joined cluster.
-  it("a request left by a stale invocation under another agent name leaves the joined agent's secret alone, and no third CSR follows", async () => {
-    const w = await freshWorld();
-    await replay(w, objectEvents);
-    const before = await w.spoke.get<Secret>(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
-    expect(secretText(before, HubSecretKey.AgentName)).toBeTruthy();
-
-    const bootstrap = KubeClient.fromKubeconfig(secretText(await w.spoke.get<Secret>(SecretResource, "bootstrap-hub-kubeconfig", AgentNamespaceDefault), HubSecretKey.Kubeconfig)!);
-    const keyPem = await newPrivateKeyPem();
-    const staleAgent = "0stale";
-    const csrName = `${CLUSTER}-stale`;
-    await w.spoke.create<Secret>(SecretResource, {
-      metadata: { name: `${HubKubeconfigSecretName}-pending-csr`, namespace: AgentNamespaceDefault },
-      type: "Opaque",
-      data: encodeSecretData({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: staleAgent, [HubSecretKey.ClusterName]: CLUSTER, [PendingKey.CsrName]: csrName }),
+    let reference: unknown;
+    it("a clean in-order replay joins, every event names an object of the fresh world, and each is answered 204 or a retry", async () => {
+      const w = await freshWorld(plane, recordedCsrs);
+      const { statuses, undelivered } = await replay(w, objectEvents);
+      expect(undelivered).toEqual([]);
+      expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
+      reference = await endState(w);
+      expect(reference).toMatchObject({
+        managedCluster: { spec: { hubAcceptsClient: true }, conditions: expect.arrayContaining([{ type: "HubAcceptedManagedCluster", status: "True", reason: expect.any(String) }, { type: "ManagedClusterJoined", status: "True", reason: expect.any(String) }]) },
+        csrs: [{ issued: true }],
+        agentSecrets: expect.arrayContaining([expect.objectContaining({ name: HubKubeconfigSecretName, server: "<hub>", agentName: "<agent>", subject: { commonName: `system:open-cluster-management:${CLUSTER}:<agent>`, organizations: expect.any(Array) } })]),
+      });
+      expect(JSON.stringify(reference)).not.toContain("undefined");
     });
-    const subject = { commonName: `system:open-cluster-management:${CLUSTER}:${staleAgent}`, organizations: [`system:open-cluster-management:${CLUSTER}`, "system:open-cluster-management:managed-clusters"], organizationalUnits: [] };
-    await createCsrOnce(bootstrap, { name: csrName, labels: { [ClusterLabel.ClusterName]: CLUSTER }, requestPem: await certificateRequest({ subject, keyPem }), signerName: "kubernetes.io/kube-apiserver-client" });
-    bootstrap.close();
 
-    // What the relays would deliver next: the new CSR to the hub, then the agent's secrets and the CSR to the spoke.
-    const hubEvent = objectEvents.find((r) => r.sink === "hub/csr-approver" && r.event.kind === "CertificateSigningRequest")!;
-    const csrEvent = JSON.parse(JSON.stringify(hubEvent).replaceAll(recordedCsrs[0]!, csrName)) as Recorded;
-    const spokeEvents = objectEvents.filter((r) => r.sink === `${CLUSTER}/spoke-registration`);
-    w.csrs.push(csrName);
-    const { statuses } = await replay(w, [csrEvent, ...spokeEvents]);
-    expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
+    // broker: whether the variant also runs on the broker recording. Not "every third event dropped":
+    // there every event csr-approver got falls on a dropped slot, and with no ticks nothing approves the CSR.
+    const variants: { name: string; events: () => Recorded[]; broker: boolean }[] = [
+      { name: "shuffled", events: () => shuffled(objectEvents, 7), broker: true },
+      { name: "every event twice, the copies shuffled apart", events: () => shuffled([...objectEvents, ...objectEvents], 11), broker: true },
+      { name: "each object's events in reverse order", events: () => reversedWithinEachObject(objectEvents), broker: true },
+      { name: "every third event dropped", events: () => objectEvents.filter((_, i) => i % 3 !== 2), broker: false },
+    ];
 
-    const after = await w.spoke.get<Secret>(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
-    expect(after?.data).toEqual(before?.data);
-    expect((await clusterCsrs(w.fleet.hub)).map((c) => c.metadata.name)).toEqual([w.csrs[0], csrName]);
-    expect(await w.spoke.get(SecretResource, `${HubKubeconfigSecretName}-pending-csr`, AgentNamespaceDefault)).toBeUndefined();
+    it.each(variants.filter((v) => !broker || v.broker))("reaches the clean run's whole end state: $name", async ({ events }) => {
+      const sent = events();
+      expect(sent.some(isTick)).toBe(false);
+      const w = await freshWorld(plane, recordedCsrs);
+      const { statuses, undelivered } = await replay(w, sent);
+      expect(undelivered).toEqual([]);
+      expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
+      expect(await endState(w)).toEqual(reference);
+    });
+
+    // The rest runs on the relays' recording only.
+    if (broker) return;
+
+    // The control: the same replay and comparison fed one resync round (each sink's first tick, in the
+    // recorded order) and no object events fails, so the variants above pass on their object events and
+    // could fail. (All of the recording's ticks, five rounds, do reach the join on their own: a tick wakes
+    // every key, which is what a resync is for; a replay must therefore carry none of them.)
+    it("one round of resync ticks alone does not reach that end state", async () => {
+      expect(reference).toBeDefined();
+      const w = await freshWorld(plane, recordedCsrs);
+      const oneRound = [...new Map(ticks.map((r) => [r.sink, r] as const)).keys()].map((sink) => ticks.find((r) => r.sink === sink)!);
+      const { undelivered } = await replay(w, oneRound);
+      expect(undelivered).toEqual([]);
+      expect(await endState(w)).not.toEqual(reference);
+    });
+
+    // The recording of 74c5531 held three CSRs for one join (agents e5f91, 6b99a, e5f91) and two rewrites
+    // of hub-kubeconfig-secret: an invocation that had read "no hub secret, no pending request" wrote after
+    // the join was done, so a request under a fresh random agent name was issued and stored under the hub
+    // secret's agent name, a certificate the next invocation judged "for another agent" and replaced. Here
+    // that stale invocation's writes are made by hand on a joined cluster.
+    it("a request left by a stale invocation under another agent name leaves the joined agent's secret alone, and no third CSR follows", async () => {
+      const w = await freshWorld(plane, recordedCsrs);
+      await replay(w, objectEvents);
+      const before = await w.spoke.get<Secret>(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
+      expect(secretText(before, HubSecretKey.AgentName)).toBeTruthy();
+
+      const bootstrap = KubeClient.fromKubeconfig(secretText(await w.spoke.get<Secret>(SecretResource, "bootstrap-hub-kubeconfig", AgentNamespaceDefault), HubSecretKey.Kubeconfig)!);
+      const keyPem = await newPrivateKeyPem();
+      const staleAgent = "0stale";
+      const csrName = `${CLUSTER}-stale`;
+      await w.spoke.create<Secret>(SecretResource, {
+        metadata: { name: `${HubKubeconfigSecretName}-pending-csr`, namespace: AgentNamespaceDefault },
+        type: "Opaque",
+        data: encodeSecretData({ [HubSecretKey.TlsKey]: keyPem, [HubSecretKey.AgentName]: staleAgent, [HubSecretKey.ClusterName]: CLUSTER, [PendingKey.CsrName]: csrName }),
+      });
+      const subject = { commonName: `system:open-cluster-management:${CLUSTER}:${staleAgent}`, organizations: [`system:open-cluster-management:${CLUSTER}`, "system:open-cluster-management:managed-clusters"], organizationalUnits: [] };
+      await createCsrOnce(bootstrap, { name: csrName, labels: { [ClusterLabel.ClusterName]: CLUSTER }, requestPem: await certificateRequest({ subject, keyPem }), signerName: "kubernetes.io/kube-apiserver-client" });
+      bootstrap.close();
+
+      // What the relays would deliver next: the new CSR to the hub, then the agent's secrets and the CSR to the spoke.
+      const hubEvent = objectEvents.find((r) => r.sink === "hub/csr-approver" && r.event.kind === "CertificateSigningRequest")!;
+      const csrEvent = JSON.parse(JSON.stringify(hubEvent).replaceAll(recordedCsrs[0]!, csrName)) as Recorded;
+      const spokeEvents = objectEvents.filter((r) => r.sink === `${CLUSTER}/spoke-registration`);
+      w.csrs.push(csrName);
+      const { statuses } = await replay(w, [csrEvent, ...spokeEvents]);
+      expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
+
+      const after = await w.spoke.get<Secret>(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
+      expect(after?.data).toEqual(before?.data);
+      expect((await clusterCsrs(w.fleet.hub)).map((c) => c.metadata.name)).toEqual([w.csrs[0], csrName]);
+      expect(await w.spoke.get(SecretResource, `${HubKubeconfigSecretName}-pending-csr`, AgentNamespaceDefault)).toBeUndefined();
+    });
   });
-});
+}

@@ -241,6 +241,9 @@ export type BuildOptions = {
   tag?: string;
   // Knative skips tag resolution for dev.local (config-deployment's default), as ko.local for ko.
   namePrefix?: string;
+  // One archive holding every image (its layers once) at this path, in place of one per image: what a
+  // node imports in one go.
+  oneArchive?: string;
 };
 
 export function buildImages(o: BuildOptions): Build {
@@ -267,10 +270,11 @@ export function buildImages(o: BuildOptions): Build {
     };
     const img = image([base, node, appLayer(spec, mtime)], config, { created: mtime });
     const reference = `${o.namePrefix ?? "dev.local/ocm-functions"}/${spec.name}:${o.tag ?? "latest"}`;
-    const archive = join(o.out, `${spec.name}.tar`);
-    writeArchive(archive, [{ image: img, reference }], mtime);
+    const archive = o.oneArchive ?? join(o.out, `${spec.name}.tar`);
+    if (!o.oneArchive) writeArchive(archive, [{ image: img, reference }], mtime);
     return { name: spec.name, image: img, reference, archive };
   });
+  if (o.oneArchive) writeArchive(o.oneArchive, images, mtime);
   seconds.apps = clock() - t;
   return { images, base, node, nodeVersion: process.versions.node, seconds };
 }

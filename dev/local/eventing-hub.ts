@@ -119,15 +119,24 @@ export async function startEventingHub(o: { autoApprove?: string; log?: (line: s
 
     const scheduler = await startScheduler(hub);
     undo.push(() => scheduler.stop());
-    const node = await startNode(hub, { name: "node-a", subnet, apiserverProxy: true, services: true, log });
-    undo.push(() => node.stop());
-
+    const starting = startNode(hub, { name: "node-a", subnet, apiserverProxy: true, services: true, log });
+    // The images are built while the node starts (its processes get on without this one's event loop).
     // The hub's pods run only hub functions and the relay (cluster-lease-monitor's ContainerSource).
     const functions = readFunctions()
       .filter((f) => f.side === "hub")
       .map((f) => f.name);
-    const specs = planImages(dist).filter((s) => functions.includes(s.name) || s.name === "relay");
-    for (const image of buildImages({ specs, out: join(work, "images"), tag: IMAGE_TAG }).images) node.importImage(image.archive);
+    const archive = join(work, "images.tar");
+    let buildError: unknown;
+    try {
+      const specs = planImages(dist).filter((s) => functions.includes(s.name) || s.name === "relay");
+      buildImages({ specs, out: work, tag: IMAGE_TAG, oneArchive: archive });
+    } catch (err) {
+      buildError = err;
+    }
+    const node = await starting;
+    undo.push(() => node.stop());
+    if (buildError) throw buildError;
+    node.importImage(archive);
     const [eventing] = await Promise.all([
       startEventing(hub, node, { log }),
       // The spoke serves Knative's kinds, so `ocmf join` can apply its render there.
