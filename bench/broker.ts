@@ -44,7 +44,7 @@ export const broker = {
     const figures: Record<string, string> = {};
     const env = await startEventingHub();
     try {
-      figures["node Ready"] = ms(env.node.readyMs);
+      figures["node Ready (this process building the images meanwhile)"] = ms(env.node.readyMs);
       figures["node Services and DNS ready after that"] = ms(env.node.servicesReadyMs ?? 0);
       figures["Knative Eventing Available (images imported)"] = ms(env.eventing.readyMs);
       figures["install hub --wait all (8 function pods)"] = ms(env.installMs);
