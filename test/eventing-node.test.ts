@@ -64,10 +64,16 @@ afterAll(async () => {
 
 describe("the hub's functions as pods on a node, invoked through Knative Eventing's Broker", () => {
   it("Knative Eventing runs in pods from our images, and install --wait all left every hub function Available as a pod of its image", async () => {
-    for (const name of EVENTING_DEPLOYMENTS) {
-      const d = await env.hubAdmin.get<Deployment>(DeploymentResource, name, EventingNamespace);
-      expect(d?.status?.conditions?.find((c) => c.type === "Available")?.status, name).toBe("True");
-    }
+    // The controllers turn Ready 20 s or more after they start (their probes' initial delay).
+    await eventually(
+      async () => {
+        for (const name of EVENTING_DEPLOYMENTS) {
+          const d = await env.hubAdmin.get<Deployment>(DeploymentResource, name, EventingNamespace);
+          expect(d?.status?.conditions?.find((c) => c.type === "Available")?.status, name).toBe("True");
+        }
+      },
+      { timeoutMs: 60_000, intervalMs: 1_000 },
+    );
     const { items: knative } = await env.hubAdmin.list<Pod>(PodResource, { namespace: EventingNamespace });
     expect(knative.filter(ready).map((p) => p.spec.containers[0]!.image).every((i) => i.startsWith("dev.local/knative-eventing/") && i.endsWith(`:${env.eventing.version}`))).toBe(true);
     expect(env.functions.length).toBe(8);
@@ -94,7 +100,14 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     const [gone] = await podsOf("cluster-acceptor");
     await Promise.all([
       env.hubAdmin.request("DELETE", `/api/v1/namespaces/${env.namespace}/pods/${gone!.metadata.name}`),
-      eventually(() => acceptCluster(env.hubAdmin, CLUSTER), { timeoutMs: 60_000, intervalMs: 1_000 }),
+      // as an admin does once the agent's request is there: accept the cluster and approve its CSR
+      eventually(
+        async () => {
+          const r = await acceptCluster(env.hubAdmin, CLUSTER);
+          expect(r.csr, JSON.stringify(r)).toBe("approved");
+        },
+        { timeoutMs: 60_000, intervalMs: 1_000 },
+      ),
     ]);
     const mc = await eventually(
       async () => {

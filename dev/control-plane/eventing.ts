@@ -6,12 +6,14 @@
 // The manifests are Knative's own, read from that module's config/ in the Go module cache; the only
 // change is each `ko://` image reference turned into ours.
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { readKnativeManifests, yamlIn, type KnativeManifest } from "./knative.ts";
 import type { LocalCluster } from "./clusters.ts";
 import type { LocalNode } from "./node.ts";
 import { writeStaticImages } from "../build/static-image.ts";
+import { cacheDir } from "../build/images.ts";
 import { applyAll } from "../../cli/apply.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
@@ -40,10 +42,13 @@ export type EventingCommand = (typeof EVENTING_COMMANDS)[number];
 // server, started with --enable-aggregator-routing=true, calls its webhook at the Endpoints' addresses.
 export const EVENTING_CONTROLLERS = ["clusterrole-aggregation-controller", "endpoints-controller"] as const;
 
-// The Deployments that must be Available before Eventing serves Brokers and Triggers. The PingSource
-// adapter is scaled up by the controller only once a PingSource exists, and ApiServerSource adapters
-// are made per source.
+// Eventing's Deployments. The PingSource adapter is scaled up by the controller only once a PingSource
+// exists, and ApiServerSource adapters are made per source.
 export const EVENTING_DEPLOYMENTS = ["eventing-controller", "eventing-webhook", "mt-broker-controller", "mt-broker-filter", "mt-broker-ingress", "imc-controller", "imc-dispatcher"] as const;
+// Those that serve (webhooks, the Broker's ingress and filter, the channel's dispatcher): startEventing
+// waits until they are Available. The two controllers' readiness probes first run 20 s after start,
+// long after they reconcile; whoever creates a Broker waits for it to be Ready, which needs them.
+export const EVENTING_SERVING = ["eventing-webhook", "mt-broker-filter", "mt-broker-ingress", "imc-controller", "imc-dispatcher"] as const;
 
 const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
 const MutatingWebhookResource = {
@@ -133,8 +138,8 @@ const available = (d: Deployment | undefined) => d?.status?.conditions?.some((c)
 
 export type Eventing = { version: string; images: string[]; readyMs: number };
 
-// Imports the images, applies Knative's manifests and waits until every Deployment is Available and
-// the webhook has filled in its own configuration (until then Eventing's kinds go unvalidated and
+// Imports the images, applies Knative's manifests and waits until what serves is Available and the
+// webhook has filled in its own configuration (until then Eventing's kinds go unvalidated and
 // undefaulted). The node's stop removes it all with the pods.
 export async function startEventing(cluster: LocalCluster, node: LocalNode, o: { binaries?: EventingBinaries; timeoutMs?: number; log?: (line: string) => void } = {}): Promise<Eventing> {
   const t0 = performance.now();
@@ -143,18 +148,24 @@ export async function startEventing(cluster: LocalCluster, node: LocalNode, o: {
   const moduleDir = eventingModuleDir();
   const version = eventingVersion(moduleDir);
   const images = EVENTING_COMMANDS.map((c) => ({ reference: eventingImage(c, version), binary: binaries[c], path: `/ko-app/${c.split("/").pop()}` }));
-  const archive = join(node.root, "knative-eventing.tar");
-  writeStaticImages(archive, images);
+  // Written once per set of binaries (compressing 560 MB of them takes ~17 s) into the images cache.
+  const stamp = createHash("sha256");
+  for (const i of images) stamp.update(`${i.reference} ${i.binary} ${statSync(i.binary).size} ${statSync(i.binary).mtimeMs}\n`);
+  const archive = join(cacheDir(), `knative-eventing-${version}-${stamp.digest("hex").slice(0, 12)}.tar`);
+  if (!existsSync(archive)) {
+    mkdirSync(dirname(archive), { recursive: true });
+    writeStaticImages(archive, images);
+  }
   node.importImage(archive);
   const deadline = Date.now() + (o.timeoutMs ?? 300_000);
   const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
   try {
     await applyAll(client, eventingManifests(moduleDir), { waitForCrds: true, deadline, print: log });
     for (;;) {
-      const got = await Promise.all(EVENTING_DEPLOYMENTS.map((n) => client.get<Deployment>(DeploymentResource, n, EventingNamespace)));
+      const got = await Promise.all(EVENTING_SERVING.map((n) => client.get<Deployment>(DeploymentResource, n, EventingNamespace)));
       const hooks = await client.get<WebhookConfiguration>(MutatingWebhookResource, "webhook.eventing.knative.dev");
       const filled = hooks?.webhooks?.every((w) => (w.rules?.length ?? 0) > 0 && w.clientConfig?.caBundle) ?? false;
-      const waiting = EVENTING_DEPLOYMENTS.filter((_, i) => !available(got[i]));
+      const waiting = EVENTING_SERVING.filter((_, i) => !available(got[i]));
       if (!waiting.length && filled) break;
       if (Date.now() > deadline) throw new Error(`Knative Eventing not ready in time: ${waiting.length ? `not Available: ${waiting.join(", ")}` : "the webhook has not filled in its configuration"}`);
       await new Promise((r) => setTimeout(r, 500));
