@@ -20,7 +20,10 @@ export type InstallHubOptions = {
 // The kinds the render needs the cluster to serve already, with what to do about it.
 export async function refuseMissingKinds(client: KubeClient, objects: Parameters<typeof missingKinds>[1], side: "hub" | "spoke"): Promise<void> {
   const missing = await missingKinds(new Discovery(client), objects);
-  if (missing.length) throw new Error(`the ${side} at ${client.server} does not serve ${missing.join(", ")}: install Knative Serving and Eventing there first (ocmf render ${side} shows what would be applied)`);
+  if (!missing.length) return;
+  // Serving only when a Knative Service is rendered (not with --workloads deployments).
+  const knative = missing.some((k) => k.startsWith("serving.knative.dev/")) ? "Knative Serving and Eventing" : "Knative Eventing";
+  throw new Error(`the ${side} at ${client.server} does not serve ${missing.join(", ")}: install ${knative} there first (ocmf render ${side} shows what would be applied)`);
 }
 
 export async function installHub(hub: KubeClient, o: InstallHubOptions, print: (line: string) => void): Promise<void> {

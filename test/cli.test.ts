@@ -82,6 +82,8 @@ describe("failures are one line on stderr with exit code 1", () => {
     { name: "a join whose token is not a bootstrap token", args: () => ["join", "--cluster-name", "c1", "--hub-token", "abc"], says: "error: --hub-token is not a bootstrap token" },
     { name: "a spoke with no kubeconfig", args: () => ["uninstall", "spoke"], says: "error: no spoke kubeconfig: pass --kubeconfig or set KUBECONFIG" },
     { name: "a workload form that does not exist", args: () => ["render", "hub", "--workloads", "bogus"], says: "error: option '--workloads <form>' argument 'bogus' is invalid. Allowed choices are knative, deployments." },
+    { name: "an install of Knative Services on a hub without Knative", args: () => ["install", "hub", "--kubeconfig", hubKubeconfig], says: "install Knative Serving and Eventing there first" },
+    { name: "an install of Deployments on a hub without Knative Eventing", args: () => ["install", "hub", "--workloads", "deployments", "--kubeconfig", hubKubeconfig], says: ": install Knative Eventing there first" },
     { name: "a wait level that does not exist", args: () => ["install", "hub", "--wait", "forever"], says: "error: option '--wait <level>' argument 'forever' is invalid" },
     { name: "a wait timeout that is not a duration", args: () => ["install", "hub", "--wait-timeout", "5"], says: "error: option '--wait-timeout <duration>' argument '5' is invalid" },
   ];
