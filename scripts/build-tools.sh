@@ -36,7 +36,15 @@ build() { # tools dir, output name, package, ldflags
   local dir=$1 out=$2 pkg=$3 ldflags=$4
   if [ -x "$bin/$out" ]; then return; fi
   step "$out: building $pkg (first run only; several minutes on 2 cores)"
-  local start=$SECONDS
+  local start=$SECONDS try
+  # A module download can stall without an error (seen once: a proxy fetch that never finished, which
+  # held a cold CI run until its limit). Fetch what the package needs first, under a time limit, and
+  # try again; the build itself then reads only the module cache.
+  for try in 1 2 3; do
+    if (cd "$here/tools/$dir" && timeout 600 go list -deps "$pkg" >/dev/null); then break; fi
+    if [ "$try" = 3 ]; then step "$out: fetching its modules failed three times"; exit 1; fi
+    step "$out: fetching its modules stalled or failed (try $try); trying again"
+  done
   (cd "$here/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$out.tmp" "$pkg")
   mv "$bin/$out.tmp" "$bin/$out"
   step "$out: built in $((SECONDS - start)) s"
