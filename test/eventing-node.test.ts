@@ -125,8 +125,11 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     expect(pods.filter(ready).length).toBe(1);
     // What reached the functions came through the Broker: the recorder, subscribed to it without a
     // filter, saw the cluster's registration and its CSR as Knative's ApiServerSource reported them.
-    const seen = env.deliveries.map((d) => `${d.event.type} ${d.event.kind}`);
-    expect(seen).toEqual(expect.arrayContaining(["dev.knative.apiserver.resource.add ManagedCluster", "dev.knative.apiserver.resource.update ManagedCluster", "dev.knative.apiserver.resource.add CertificateSigningRequest"]));
+    // (The recorder is one more subscriber: its copy of the last update may come after the functions'.)
+    await eventually(() => {
+      const seen = env.deliveries.map((d) => `${d.event.type} ${d.event.kind}`);
+      expect(seen).toEqual(expect.arrayContaining(["dev.knative.apiserver.resource.add ManagedCluster", "dev.knative.apiserver.resource.update ManagedCluster", "dev.knative.apiserver.resource.add CertificateSigningRequest"]));
+    }, { timeoutMs: 30_000, intervalMs: 250 });
     expect(env.deliveries.every((d) => d.event.cluster === "hub")).toBe(true);
   }, 360_000);
 
