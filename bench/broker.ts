@@ -8,11 +8,10 @@ import { startFleet } from "../dev/local/fleet.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { isTrue } from "../shared/conditions.ts";
-import type { ApiResource } from "../shared/api/meta.ts";
+import { PodResource } from "../shared/api/kube.ts";
 import { percentile, ms } from "./stats.ts";
 
 const RECONCILES = Number(process.env.BENCH_RECONCILES ?? 20);
-const PodResource = { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true } as const satisfies ApiResource;
 type Pod = KubeObject & { metadata: { deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string }[] } };
 
 async function until(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {

@@ -17,17 +17,14 @@ import { joinSpoke } from "../cli/join.ts";
 import { acceptCluster } from "../cli/accept.ts";
 import { HeartbeatName } from "../cli/render/spoke.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
-import { ConfigMapResource, LeaseResource } from "../shared/api/kube.ts";
+import { ConfigMapResource, DeploymentResource, LeaseResource, PodResource } from "../shared/api/kube.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
 import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
 import { findCondition } from "../shared/conditions.ts";
-import type { ApiResource } from "../shared/api/meta.ts";
 import { eventually } from "./support/eventually.ts";
 
 const CLUSTER = "cluster1";
-const PodResource = { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true } as const satisfies ApiResource;
-const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
 
 type Pod = KubeObject & {
   metadata: { labels?: Record<string, string>; deletionTimestamp?: string };

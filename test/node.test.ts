@@ -39,12 +39,11 @@ import {
 } from "../dev/control-plane/node.ts";
 import { writeStaticImages } from "../dev/build/static-image.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
-import { NodeResource } from "../shared/api/kube.ts";
+import { NodeResource, PodResource } from "../shared/api/kube.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import { eventually } from "./support/eventually.ts";
 
 const ServiceAccountResource = { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true } as const satisfies ApiResource;
-const PodResource = { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true } as const satisfies ApiResource;
 
 type ContainerState = { running?: object; waiting?: { reason?: string; message?: string }; terminated?: { exitCode: number; reason?: string; message?: string } };
 type Pod = KubeObject & {

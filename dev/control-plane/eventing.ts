@@ -16,6 +16,7 @@ import { writeStaticImages } from "../build/static-image.ts";
 import { cacheDir } from "../build/images.ts";
 import { applyAll } from "../../cli/apply.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
+import { DeploymentResource } from "../../shared/api/kube.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 
 const repoRoot = join(import.meta.dirname, "..", "..");
@@ -50,7 +51,6 @@ export const EVENTING_DEPLOYMENTS = ["eventing-controller", "eventing-webhook", 
 // long after they reconcile; whoever creates a Broker waits for it to be Ready, which needs them.
 export const EVENTING_SERVING = ["eventing-webhook", "mt-broker-filter", "mt-broker-ingress", "imc-controller", "imc-dispatcher"] as const;
 
-const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
 const MutatingWebhookResource = {
   group: "admissionregistration.k8s.io",
   version: "v1",

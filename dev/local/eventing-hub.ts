@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bundle } from "../build/bundle.ts";
 import { buildImages, planImages } from "../build/images.ts";
-import { startClusters, DEFAULT_CONTROLLERS, type LocalCluster, type LocalClusters } from "../control-plane/clusters.ts";
+import { startClusters, DEFAULT_CONTROLLERS, type LocalCluster } from "../control-plane/clusters.ts";
 import { freeNodeSubnet, startNode, startScheduler, KUBERNETES_SERVICE_HOSTS, SERVICE_CONTROLLERS, type LocalNode } from "../control-plane/node.ts";
 import { startEventing, EVENTING_CONTROLLERS, type Eventing } from "../control-plane/eventing.ts";
 import { knativeCrds } from "../control-plane/knative.ts";
@@ -107,7 +107,7 @@ export async function startEventingHub(o: { autoApprove?: string; log?: (line: s
         apiserverFlags: ["--authorization-mode=Node", "--enable-admission-plugins=NodeRestriction", "--enable-aggregator-routing=true"],
       }),
     ]);
-    undo.push(() => (clusters as LocalClusters).stop());
+    undo.push(() => clusters.stop());
     const hub = clusters.get("hub");
     const spoke = clusters.get("spoke");
     const hubAdmin = KubeClient.fromKubeconfig(hub.adminKubeconfig);

@@ -8,6 +8,7 @@ const rbac = (kind: string, plural: string, namespaced: boolean) =>
 
 export const NamespaceResource = core("Namespace", "namespaces", false);
 export const SecretResource = core("Secret", "secrets", true);
+export const PodResource = core("Pod", "pods", true);
 export const ConfigMapResource = core("ConfigMap", "configmaps", true);
 export const NodeResource = core("Node", "nodes", false);
 export const EventResource = core("Event", "events", true);
@@ -15,6 +16,7 @@ export const ClusterRoleResource = rbac("ClusterRole", "clusterroles", false);
 export const ClusterRoleBindingResource = rbac("ClusterRoleBinding", "clusterrolebindings", false);
 export const RoleResource = rbac("Role", "roles", true);
 export const RoleBindingResource = rbac("RoleBinding", "rolebindings", true);
+export const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
 export const LeaseResource = { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true } as const satisfies ApiResource;
 export const CertificateSigningRequestResource = {
   group: "certificates.k8s.io",

@@ -5,8 +5,7 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { startClusters, type LocalClusters } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
-import type { ApiResource } from "../../shared/api/meta.ts";
+import { ConfigMapResource, DeploymentResource, NamespaceResource } from "../../shared/api/kube.ts";
 import { AppliedManifestWorkResource, ManifestWorkResource, WorkFinalizer, type AppliedManifestWork, type ManifestWork, type ManifestWorkSpec } from "../../shared/api/work.ts";
 import { findCondition, isTrue } from "../../shared/conditions.ts";
 import { manualClock } from "../../shared/clock.ts";
@@ -28,7 +27,6 @@ const FLEET_START_MS = 240_000;
 const FLEET_TEST_MS = 90_000;
 
 const SPOKE = "cluster1";
-const DeploymentResource = { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true } as const satisfies ApiResource;
 
 let clusters: LocalClusters;
 let fleet: Fleet;
