@@ -115,3 +115,16 @@ function compareMagnitude(q: Quantity, n: bigint): number {
   const right = q.exponent >= 0 ? n : n * pow10(-q.exponent);
   return left < right ? -1 : left > right ? 1 : 0;
 }
+
+// Quantity.AsApproximateFloat64: near enough to rank clusters by, never to write back.
+export function quantityToNumber(q: Quantity): number {
+  return Number(q.unscaled) * 10 ** q.exponent;
+}
+
+// Quantity.Cmp: exact, whatever the two formats.
+export function compareQuantities(a: Quantity, b: Quantity): -1 | 0 | 1 {
+  const exponent = Math.min(a.exponent, b.exponent);
+  const x = a.unscaled * pow10(a.exponent - exponent);
+  const y = b.unscaled * pow10(b.exponent - exponent);
+  return x < y ? -1 : x > y ? 1 : 0;
+}

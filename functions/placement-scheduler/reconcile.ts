@@ -1,0 +1,238 @@
+// Schedules Placements as OCM's placement controller does: the clusters of the sets bound to the
+// placement's namespace, filtered, scored and cut to numberOfClusters (schedule.ts), written as
+// PlacementDecisions of at most 100 clusters and summed up in the Placement's status.
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { findCondition, setCondition } from "../../shared/conditions.ts";
+import { matches } from "../../shared/label-match.ts";
+import { selectorQuery } from "../../shared/selector-query.ts";
+import {
+  ClusterGroup,
+  ClusterLabel,
+  ManagedClusterResource,
+  ManagedClusterSetBindingResource,
+  ManagedClusterSetResource,
+  PlacementConditionType,
+  PlacementDecisionResource,
+  PlacementResource,
+  type ManagedCluster,
+  type ManagedClusterSet,
+  type ManagedClusterSetBinding,
+  type Placement,
+  type PlacementDecision,
+} from "../../shared/api/cluster.ts";
+import {
+  Prioritizer,
+  SchedulingDisabledAnnotation,
+  decisionGroups,
+  misconfiguredCondition,
+  placementDecisions,
+  prioritizerWeights,
+  satisfiedCondition,
+  schedule,
+} from "./schedule.ts";
+
+// Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
+
+export const spec: FunctionSpec<Config> = {
+  name: "placement-scheduler",
+  keys: keysOf,
+  reconcile,
+};
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  const namespace = key.namespace ?? "";
+  const placement = await hub.get<Placement>(PlacementResource, key.name, namespace);
+  if (!placement || placement.metadata.deletionTimestamp) return done;
+  if (placement.metadata.annotations?.[SchedulingDisabledAnnotation] === "true") {
+    io.log.info({ placement: key }, "skipped: scheduling is disabled by annotation");
+    return done;
+  }
+  const [bindings, sets, own] = await Promise.all([
+    hub.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { namespace }),
+    hub.list<ManagedClusterSet>(ManagedClusterSetResource),
+    hub.list<PlacementDecision>(PlacementDecisionResource, { namespace, labelSelector: `${ClusterLabel.Placement}=${key.name}` }),
+  ]);
+  // A binding counts when its set exists; the placement's clusterSets, when given, narrow them.
+  const setsByName = new Map(sets.items.map((s) => [s.metadata.name, s]));
+  const valid = bindings.items.filter((b) => setsByName.has(b.metadata.name));
+  const inSpec = placement.spec.clusterSets ?? [];
+  const eligible = [...new Set(valid.map((b) => b.metadata.name))].filter((n) => inSpec.length === 0 || inSpec.includes(n)).sort();
+  const available = await membersOf(io, hub, eligible.map((n) => setsByName.get(n)!));
+  const decided = new Set(own.items.flatMap((d) => (d.status?.decisions ?? []).map((x) => x.clusterName)));
+
+  const weights = prioritizerWeights(placement);
+  const otherDecisions = weights instanceof Map && weights.has(`BuiltIn/${Prioritizer.Balance}`) ? await decisionCountsElsewhere(hub, placement) : new Map<string, number>();
+  const now = io.clock.now();
+  const result = schedule({ placement, clusters: available, decided, otherDecisions, now });
+  let problem = result.problem;
+  let groups = decisionGroups(placement, result.selected);
+  if (!Array.isArray(groups)) {
+    problem = groups;
+    groups = [];
+  }
+  const wanted = placementDecisions(placement, groups);
+  await writeDecisions(io, hub, wanted.decisions, own.items);
+
+  const generation = placement.metadata.generation;
+  let conditions = setCondition(placement.status?.conditions, { ...misconfiguredCondition(problem), observedGeneration: generation }, now);
+  const satisfied = satisfiedCondition({
+    clusterSetsInSpec: inSpec,
+    eligibleSets: eligible,
+    bindings: valid.length,
+    available: available.length,
+    selected: result.selected.length,
+    unscheduled: result.unscheduled,
+  });
+  conditions = setCondition(conditions, { ...satisfied, observedGeneration: generation }, now);
+  const status = { ...placement.status, numberOfSelectedClusters: result.selected.length, decisionGroups: wanted.groups, conditions };
+  if (await patchStatusIfChanged(hub, PlacementResource, placement, status))
+    io.log.info({ placement: key, selected: result.selected.length, satisfied: satisfied.reason, problem }, "placement status updated");
+  if (!result.recheckAt) return done;
+  // a toleration runs out then: look again just after
+  return { recheckInMs: Math.max(0, result.recheckAt.getTime() - now.getTime()) + 1000 };
+}
+
+// Creates, updates and deletes this placement's PlacementDecisions until they are `wanted`; each write
+// carries the resourceVersion read, and nothing is written for a decision that is already right.
+async function writeDecisions(io: Io<Config>, hub: KubeClient, wanted: readonly PlacementDecision[], present: readonly PlacementDecision[]): Promise<void> {
+  const byName = new Map(present.map((d) => [d.metadata.name, d]));
+  for (const want of wanted) {
+    let have = byName.get(want.metadata.name);
+    if (!have) {
+      // a create that loses a race answers AlreadyExists: the source's retry reads it again
+      have = await hub.create<PlacementDecision>(PlacementDecisionResource, { ...want, status: undefined });
+      io.log.info({ decision: want.metadata.name }, "placement decision created");
+    }
+    const labels = want.metadata.labels!;
+    if (Object.entries(labels).some(([k, v]) => have!.metadata.labels?.[k] !== v)) {
+      have = await hub.patch<PlacementDecision>(PlacementDecisionResource, want.metadata.name, { metadata: { resourceVersion: have.metadata.resourceVersion, labels } }, { namespace: want.metadata.namespace });
+    }
+    const before = { ...have, status: { decisions: have.status?.decisions ?? [] } };
+    if (await patchStatusIfChanged(hub, PlacementDecisionResource, before, want.status!))
+      io.log.info({ decision: want.metadata.name, clusters: want.status!.decisions.length }, "placement decision updated");
+  }
+  const keep = new Set(wanted.map((d) => d.metadata.name));
+  for (const d of present) {
+    if (keep.has(d.metadata.name)) continue;
+    if (await hub.delete(PlacementDecisionResource, d.metadata.name, d.metadata.namespace, { uid: d.metadata.uid })) io.log.info({ decision: d.metadata.name }, "placement decision deleted");
+  }
+}
+
+// The clusters of the sets, none deleting, each listed with the set's own selector so the API server
+// sends only members. A set whose selector the API server would refuse selects nothing.
+async function membersOf(io: Io<Config>, hub: KubeClient, sets: readonly ManagedClusterSet[]): Promise<ManagedCluster[]> {
+  const members = new Map<string, ManagedCluster>();
+  for (const set of sets) {
+    const selector = set.spec?.clusterSelector;
+    const query = selector?.selectorType === "LabelSelector" ? selectorQuery(selector.labelSelector) : ({ selects: "matching", labelSelector: `${ClusterLabel.ClusterSet}=${set.metadata.name}` } as const);
+    if ("invalid" in query) {
+      io.log.warn({ set: set.metadata.name, reason: query.invalid }, "cluster set skipped: its selector is invalid");
+      continue;
+    }
+    if (query.selects === "nothing") continue;
+    const { items } = await hub.list<ManagedCluster>(ManagedClusterResource, { labelSelector: query.labelSelector || undefined });
+    for (const c of items) if (!c.metadata.deletionTimestamp) members.set(c.metadata.name, c);
+  }
+  return [...members.values()];
+}
+
+// For Balance: how many decisions of every other placement name each cluster.
+async function decisionCountsElsewhere(hub: KubeClient, p: Placement): Promise<Map<string, number>> {
+  const { items } = await hub.list<PlacementDecision>(PlacementDecisionResource);
+  const counts = new Map<string, number>();
+  for (const d of items) {
+    if (d.metadata.namespace === p.metadata.namespace && d.metadata.labels?.[ClusterLabel.Placement] === p.metadata.name) continue;
+    for (const x of d.status?.decisions ?? []) counts.set(x.clusterName, (counts.get(x.clusterName) ?? 0) + 1);
+  }
+  return counts;
+}
+
+// Membership as OCM's sdk reads it: an exclusive set by the clusterset label, a LabelSelector set by its selector.
+export function setSelects(set: ManagedClusterSet, cluster: Pick<ManagedCluster, "metadata">): boolean {
+  const selector = set.spec?.clusterSelector;
+  // as on the wire: no selector selects nothing, an empty one everything
+  if (selector?.selectorType === "LabelSelector") return !!selector.labelSelector && matches(selector.labelSelector, cluster.metadata.labels);
+  return cluster.metadata.labels?.[ClusterLabel.ClusterSet] === set.metadata.name;
+}
+
+// ---- which placements an event concerns
+
+const isKind = (e: ObjectEvent, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${ClusterGroup}/`);
+const placementKey = (hub: string, p: Pick<Placement, "metadata">): Key => ({ cluster: hub, namespace: p.metadata.namespace, name: p.metadata.name });
+
+async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const hub = io.config.hubCluster;
+  const client = io.cluster(hub);
+  if (event.type === "tick") {
+    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
+    const { items } = await client.list<Placement>(PlacementResource);
+    return items.map((p) => placementKey(hub, p));
+  }
+  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+  const namespace = event.ref.namespace ?? "";
+  if (isKind(event, PlacementResource.kind)) {
+    // Our own status write comes back as an update: its conditions already name this generation.
+    if (event.verb === "update" && event.object && scheduledThisGeneration(event.object as Placement)) return { skip: "status update of a generation already scheduled" };
+    return [{ cluster: hub, namespace, name: event.ref.name }];
+  }
+  if (isKind(event, PlacementDecisionResource.kind)) {
+    const owner = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
+    if (owner) return [{ cluster: hub, namespace, name: owner }];
+    return placementsIn(client, hub, (p) => p.metadata.namespace === namespace);
+  }
+  if (isKind(event, ManagedClusterSetBindingResource.kind)) return placementsIn(client, hub, (p) => p.metadata.namespace === namespace && usesSet(p, event.ref.name));
+  if (isKind(event, ManagedClusterSetResource.kind)) {
+    const { items } = await client.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: `metadata.name=${event.ref.name}` });
+    const namespaces = new Set(items.map((b) => b.metadata.namespace));
+    return placementsIn(client, hub, (p) => namespaces.has(p.metadata.namespace) && usesSet(p, event.ref.name));
+  }
+  if (isKind(event, ManagedClusterResource.kind)) return placementsForCluster(io, hub, event);
+  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+}
+
+const usesSet = (p: Placement, set: string) => (p.spec.clusterSets ?? []).length === 0 || p.spec.clusterSets!.includes(set);
+
+function scheduledThisGeneration(p: Placement): boolean {
+  const g = p.metadata.generation;
+  const conditions = p.status?.conditions;
+  return (
+    g !== undefined &&
+    [PlacementConditionType.PlacementSatisfied, PlacementConditionType.PlacementMisconfigured].every((t) => findCondition(conditions, t)?.observedGeneration === g)
+  );
+}
+
+async function placementsIn(client: KubeClient, hub: string, wanted: (p: Placement) => boolean): Promise<Key[]> {
+  const { items } = await client.list<Placement>(PlacementResource);
+  return items.filter(wanted).map((p) => placementKey(hub, p));
+}
+
+// A cluster matters to the placements that can select it now (through a set bound to their namespace)
+// and to those that have decided it (it may have just left).
+async function placementsForCluster(io: Io<Config>, hub: string, event: ObjectEvent): Promise<Key[]> {
+  const client = io.cluster(hub);
+  // a deleted cluster is in no set any more; Reference mode carries no labels, so those are read
+  const cluster = event.verb === "delete" ? undefined : ((event.object as ManagedCluster | undefined) ?? (await client.get<ManagedCluster>(ManagedClusterResource, event.ref.name)));
+  const [sets, bindings, placements, decisions] = await Promise.all([
+    client.list<ManagedClusterSet>(ManagedClusterSetResource),
+    client.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource),
+    client.list<Placement>(PlacementResource),
+    client.list<PlacementDecision>(PlacementDecisionResource),
+  ]);
+  const memberOf = new Set(cluster ? sets.items.filter((s) => setSelects(s, cluster)).map((s) => s.metadata.name) : []);
+  const boundHere = new Map<string, string[]>();
+  for (const b of bindings.items) if (memberOf.has(b.metadata.name)) boundHere.set(b.metadata.namespace!, [...(boundHere.get(b.metadata.namespace!) ?? []), b.metadata.name]);
+  const deciding = new Set(
+    decisions.items.filter((d) => (d.status?.decisions ?? []).some((x) => x.clusterName === event.ref.name)).map((d) => `${d.metadata.namespace}/${d.metadata.labels?.[ClusterLabel.Placement] ?? ""}`),
+  );
+  return placements.items
+    .filter((p) => deciding.has(`${p.metadata.namespace}/${p.metadata.name}`) || (boundHere.get(p.metadata.namespace!) ?? []).some((s) => usesSet(p, s)))
+    .map((p) => placementKey(hub, p));
+}

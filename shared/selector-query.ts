@@ -1,0 +1,58 @@
+// metav1.LabelSelector as the API server's ?labelSelector= text, with apimachinery's meaning
+// (LabelSelectorAsSelector): no selector selects nothing, an empty one selects everything, and a
+// selector it would refuse is reported instead of being sent.
+import type { LabelSelector } from "./api/meta.ts";
+
+export type SelectorQuery =
+  | { selects: "nothing" }
+  | { selects: "matching"; labelSelector: string } // "" selects every object
+  | { invalid: string };
+
+const labelName = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const dns1123Subdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+// apimachinery's IsQualifiedName: [prefix/]name, the prefix a DNS subdomain, the name at most 63.
+export function labelKeyProblem(key: string): string | undefined {
+  const parts = key.split("/");
+  if (parts.length > 2) return `label key ${JSON.stringify(key)} has more than one "/"`;
+  const [prefix, name] = parts.length === 2 ? [parts[0]!, parts[1]!] : [undefined, parts[0]!];
+  if (prefix !== undefined && (prefix.length === 0 || prefix.length > 253 || !dns1123Subdomain.test(prefix))) return `label key ${JSON.stringify(key)}: the prefix must be a DNS subdomain`;
+  if (name.length === 0 || name.length > 63 || !labelName.test(name)) return `label key ${JSON.stringify(key)}: the name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric`;
+  return undefined;
+}
+
+// apimachinery's IsValidLabelValue: empty, or at most 63 of the name's characters.
+export function labelValueProblem(value: string): string | undefined {
+  if (value === "") return undefined;
+  if (value.length > 63 || !labelName.test(value)) return `label value ${JSON.stringify(value)} must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric`;
+  return undefined;
+}
+
+export function selectorQuery(selector: LabelSelector | undefined): SelectorQuery {
+  if (!selector) return { selects: "nothing" };
+  const parts: string[] = [];
+  for (const [key, value] of Object.entries(selector.matchLabels ?? {})) {
+    const problem = labelKeyProblem(key) ?? labelValueProblem(value);
+    if (problem) return { invalid: problem };
+    parts.push(`${key}=${value}`);
+  }
+  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
+    const problem = labelKeyProblem(key) ?? values.map(labelValueProblem).find((p) => p !== undefined);
+    if (problem) return { invalid: problem };
+    switch (operator) {
+      case "In":
+      case "NotIn":
+        if (values.length === 0) return { invalid: `${key} ${operator}: values must be non-empty` };
+        parts.push(`${key} ${operator.toLowerCase()} (${values.join(",")})`);
+        break;
+      case "Exists":
+      case "DoesNotExist":
+        if (values.length > 0) return { invalid: `${key} ${operator}: values must be empty` };
+        parts.push(operator === "Exists" ? key : `!${key}`);
+        break;
+      default:
+        return { invalid: `${key}: ${JSON.stringify(operator)} is not a valid label selector operator` };
+    }
+  }
+  return { selects: "matching", labelSelector: parts.join(",") };
+}
