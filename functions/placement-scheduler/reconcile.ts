@@ -7,8 +7,7 @@ import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
-import { matches } from "../../shared/label-match.ts";
-import { selectorQuery } from "../../shared/selector-query.ts";
+import { setSelector, setSelects } from "../../shared/cluster-set-members.ts";
 import {
   ClusterGroup,
   ClusterLabel,
@@ -131,8 +130,7 @@ async function writeDecisions(io: Io<Config>, hub: KubeClient, wanted: readonly 
 async function membersOf(io: Io<Config>, hub: KubeClient, sets: readonly ManagedClusterSet[]): Promise<ManagedCluster[]> {
   const members = new Map<string, ManagedCluster>();
   for (const set of sets) {
-    const selector = set.spec?.clusterSelector;
-    const query = selector?.selectorType === "LabelSelector" ? selectorQuery(selector.labelSelector) : ({ selects: "matching", labelSelector: `${ClusterLabel.ClusterSet}=${set.metadata.name}` } as const);
+    const query = setSelector(set);
     if ("invalid" in query) {
       io.log.warn({ set: set.metadata.name, reason: query.invalid }, "cluster set skipped: its selector is invalid");
       continue;
@@ -153,14 +151,6 @@ async function decisionCountsElsewhere(hub: KubeClient, p: Placement): Promise<M
     for (const x of d.status?.decisions ?? []) counts.set(x.clusterName, (counts.get(x.clusterName) ?? 0) + 1);
   }
   return counts;
-}
-
-// Membership as OCM's sdk reads it: an exclusive set by the clusterset label, a LabelSelector set by its selector.
-export function setSelects(set: ManagedClusterSet, cluster: Pick<ManagedCluster, "metadata">): boolean {
-  const selector = set.spec?.clusterSelector;
-  // as on the wire: no selector selects nothing, an empty one everything
-  if (selector?.selectorType === "LabelSelector") return !!selector.labelSelector && matches(selector.labelSelector, cluster.metadata.labels);
-  return cluster.metadata.labels?.[ClusterLabel.ClusterSet] === set.metadata.name;
 }
 
 // ---- which placements an event concerns

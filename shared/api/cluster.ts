@@ -102,6 +102,9 @@ export const ManagedNamespaceReason = {
 } as const;
 
 export const ManagedClusterSetConditionType = { ClusterSetEmpty: "ClusterSetEmpty" } as const;
+export const ManagedClusterSetReason = { NoClusterMatched: "NoClusterMatched", ClustersSelected: "ClustersSelected" } as const;
+export const ClusterSetBindingConditionType = { Bound: "Bound" } as const;
+export const ClusterSetBindingReason = { ClusterSetBound: "ClusterSetBound", ClusterSetNotFound: "ClusterSetNotFound" } as const;
 export const PlacementConditionType = {
   PlacementSatisfied: "PlacementSatisfied",
   PlacementMisconfigured: "PlacementMisconfigured",
@@ -120,6 +123,10 @@ export const ClusterLabel = {
 export const ManagedNamespaceLabelPrefix = "clusterset.open-cluster-management.io/";
 // The DefaultClusterSet webhook labels clusters with this set when the label is missing.
 export const DefaultClusterSetName = "default";
+// The set every cluster is in (an empty LabelSelector), kept by the hub like "default".
+export const GlobalClusterSetName = "global";
+// "false" on default or global: the hub leaves that set's spec to the user.
+export const ClusterSetAutoUpdateAnnotation = "cluster.open-cluster-management.io/autoupdate";
 
 export const ClusterAnnotation = {
   AutomaticallyAcceptedOn: "open-cluster-management.io/automatically-accepted-on",
