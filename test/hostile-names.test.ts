@@ -19,7 +19,14 @@ import {
   RoleResource,
   SecretResource,
 } from "../shared/api/kube.ts";
-import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource } from "../shared/api/cluster.ts";
+import {
+  ClusterLabel,
+  ManagedClusterResource,
+  ManagedClusterSetBindingResource,
+  ManagedClusterSetResource,
+  PlacementDecisionResource,
+  PlacementResource,
+} from "../shared/api/cluster.ts";
 import { AddOnLabel, ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
 import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
@@ -30,6 +37,8 @@ import * as addonInstaller from "../functions/addon-installer/reconcile.ts";
 import * as addonManager from "../functions/addon-manager/reconcile.ts";
 import * as addonCsrApprover from "../functions/addon-csr-approver/reconcile.ts";
 import * as addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
+import * as clusterSets from "../functions/cluster-sets/reconcile.ts";
+import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
 import { identityFor, objectEvent, testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -44,6 +53,10 @@ const addon: Watched = { resource: ManagedClusterAddOnV1alpha1Resource, name: "h
 const cma: Watched = { resource: ClusterManagementAddOnV1alpha1Resource, name: "helloworld" };
 const csr: Watched = { resource: CertificateSigningRequestResource, name: `${VICTIM}-abcde` };
 const work: Watched = { resource: ManifestWorkResource, name: "addon-helloworld-deploy-0" };
+const set: Watched = { resource: ManagedClusterSetResource, name: "default" };
+const binding: Watched = { resource: ManagedClusterSetBindingResource, name: "default" };
+const placement: Watched = { resource: PlacementResource, name: "all" };
+const decision: Watched = { resource: PlacementDecisionResource, name: "all-decision-1" };
 type Subject = { spec: FunctionSpec<never>; config: unknown; watched: Watched[] };
 const hubConfig = { hubCluster: HUB, autoApprovalUsers: [] };
 const subjects: Subject[] = [
@@ -51,10 +64,12 @@ const subjects: Subject[] = [
   { spec: csrApprover.spec, config: hubConfig, watched: [csr] },
   { spec: clusterLeaseMonitor.spec, config: clusterLeaseMonitor.ConfigSchema.parse({ hubCluster: HUB }), watched: [cluster, { resource: LeaseResource, name: "managed-cluster-lease" }] },
   { spec: clusterTaints.spec, config: { hubCluster: HUB }, watched: [cluster] },
-  { spec: addonInstaller.spec, config: { hubCluster: HUB }, watched: [cma, addon, { resource: PlacementResource, name: "all" }, { resource: PlacementDecisionResource, name: "all-decision-1" }] },
+  { spec: addonInstaller.spec, config: { hubCluster: HUB }, watched: [cma, addon, placement, decision] },
   { spec: addonManager.spec, config: { hubCluster: HUB }, watched: [addon, cma, cluster, work] },
   { spec: addonCsrApprover.spec, config: { hubCluster: HUB }, watched: [csr] },
   { spec: addonClusterLabel.spec, config: { hubCluster: HUB }, watched: [addon, cluster] },
+  { spec: clusterSets.spec, config: { hubCluster: HUB }, watched: [set, binding, cluster] },
+  { spec: placementScheduler.spec, config: { hubCluster: HUB }, watched: [placement, decision, set, binding, cluster] },
 ] as Subject[];
 
 const apiVersionOf = (r: ApiResource) => (r.group ? `${r.group}/${r.version}` : r.version);
@@ -108,6 +123,10 @@ const written: ApiResource[] = [
   EventResource,
   SecretResource,
   ConfigMapResource,
+  ManagedClusterSetResource,
+  ManagedClusterSetBindingResource,
+  PlacementResource,
+  PlacementDecisionResource,
 ];
 async function snapshot(): Promise<string[]> {
   const lists = await Promise.all(written.map(async (r) => (await admin.list(r)).items.map((o) => `${r.plural} ${o.metadata.namespace ?? ""}/${o.metadata.name} ${o.metadata.resourceVersion}`)));

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
 import { isRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
-import { hubRelayName } from "../cli/render/hub.ts";
+import { BootstrapServiceAccount, hubRelayName } from "../cli/render/hub.ts";
 import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
@@ -35,10 +35,10 @@ describe("a render", () => {
     expect(objects.filter((o) => o.metadata.labels?.[PartOfLabel] !== PartOf).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
   });
 
-  it("has 8 hub and 5 spoke functions, each on its own side only", () => {
+  it("has 10 hub and 5 spoke functions, each on its own side only", () => {
     expect(of(hub, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "hub").map((f) => f.name));
     expect(of(spoke, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "spoke").map((f) => f.name));
-    expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([8, 5]);
+    expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([10, 5]);
   });
 
   it.each(functions.filter(({ f }) => !isRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions", ({ name, f, objects }) => {
@@ -94,6 +94,27 @@ describe("a render", () => {
     expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);
     const onHub = config.sources.filter((s) => s.cluster === "hub");
     expect(onHub.map((s) => s.namespace ?? s.labelSelector ?? s.fieldSelector)).toEqual(["edge-7", "open-cluster-management.io/cluster-name=edge-7", "metadata.name=edge-7", "edge-7"]);
+  });
+
+  // `clusteradm get token` asks for a token of this account (OCM's cluster-manager makes it).
+  it("gives clusteradm's join-token ServiceAccount the bootstrap ClusterRole bootstrap tokens get, and nothing else", () => {
+    type Binding = Manifest & { roleRef: { kind: string; name: string }; subjects?: { kind: string; name: string; namespace?: string }[] };
+    const { namespace, name } = BootstrapServiceAccount;
+    expect([namespace, name]).toEqual(["open-cluster-management", "agent-registration-bootstrap"]);
+    expect(of(hub, "Namespace").map((n) => n.metadata.name)).toContain(namespace);
+    expect(of(hub, "ServiceAccount").filter((a) => a.metadata.namespace === namespace).map((a) => a.metadata.name)).toEqual([name]);
+    const bindings = hub.filter((o): o is Binding => o.kind.endsWith("Binding"));
+    const ofAccount = bindings.filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === name && s.namespace === namespace));
+    expect(ofAccount.map((b) => [b.kind, b.metadata.name, b.roleRef.kind, b.roleRef.name])).toEqual([
+      ["ClusterRoleBinding", "open-cluster-management:bootstrap:agent-registration", "ClusterRole", "open-cluster-management:bootstrap"],
+    ]);
+    const ofTokens = bindings.filter((b) => b.subjects?.some((s) => s.kind === "Group" && s.name === "system:bootstrappers:managedcluster"));
+    expect(ofTokens.map((b) => b.roleRef.name)).toEqual(["open-cluster-management:bootstrap"]);
+  });
+
+  it("renders that namespace once when it is also the hub's", () => {
+    const objects = renderHub({ namespace: BootstrapServiceAccount.namespace });
+    expect(of(objects, "Namespace").map((n) => n.metadata.name)).toEqual([BootstrapServiceAccount.namespace]);
   });
 
   it("takes images, the broker class and the bootstrap kubeconfig from the options", () => {

@@ -11,7 +11,14 @@ import {
   RoleBindingResource,
   RoleResource,
 } from "../../shared/api/kube.ts";
-import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource } from "../../shared/api/cluster.ts";
+import {
+  ClusterLabel,
+  ManagedClusterResource,
+  ManagedClusterSetBindingResource,
+  ManagedClusterSetResource,
+  PlacementDecisionResource,
+  PlacementResource,
+} from "../../shared/api/cluster.ts";
 import {
   AddOnDeploymentConfigV1alpha1Resource,
   AddOnTemplateResource,
@@ -69,6 +76,8 @@ const hubKinds: readonly ApiResource[] = [
   AddOnDeploymentConfigV1alpha1Resource,
   PlacementResource,
   PlacementDecisionResource,
+  ManagedClusterSetResource,
+  ManagedClusterSetBindingResource,
 ];
 
 // The label selectors a function's func.yaml comments ask for; a kind not listed here is watched whole.
@@ -182,6 +191,18 @@ function hubRelay(f: FunctionDeployment, ns: string, cluster: string, o: HubOpti
   ];
 }
 
+// What `clusteradm get token` reads: it asks for a token (TokenRequest) of the ServiceAccount
+// open-cluster-management/agent-registration-bootstrap (clusteradm:pkg/helpers/client.go,
+// GetBootstrapTokenFromSA), which OCM's cluster-manager creates for `clusteradm init`. We create the
+// same; manifests/hub/bootstrap-rbac.yaml binds it to the bootstrap ClusterRole, and to nothing else.
+export const BootstrapServiceAccount = { namespace: "open-cluster-management", name: "agent-registration-bootstrap" } as const;
+
+// The namespace (unless the hub's own namespace is that one) and the ServiceAccount, labelled as ours.
+export function bootstrapServiceAccount(hubNamespace: string = HubNamespaceDefault): Manifest[] {
+  const { namespace: ns, name } = BootstrapServiceAccount;
+  return [...(hubNamespace === ns ? [] : [namespace(ns)]), { apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns } }].map(withPartOf);
+}
+
 export function renderHub(o: HubOptions = {}): Manifest[] {
   const ns = o.namespace ?? HubNamespaceDefault;
   const fns = readFunctions().filter((f) => f.side === "hub");
@@ -202,6 +223,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     ...ocmCrds().filter((c) => !isSpokeCrd(c)),
     ...readManifests("hub", "admission-policies.yaml"),
     ...readManifests("hub", "bootstrap-rbac.yaml"),
+    ...bootstrapServiceAccount(ns),
     broker(brokerName, ns, o),
   ];
   for (const f of fns) {

@@ -12,7 +12,16 @@ import { applyManifests } from "../../shared/apply.ts";
 import { jsonLog, type FunctionSpec, type Io } from "../../shared/harness.ts";
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { SecretResource, CertificateSigningRequestResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../../shared/api/kube.ts";
-import { ManagedClusterResource, ClusterLabel, ClusterClaimResource, ManagedClusterLeaseName, PlacementResource, PlacementDecisionResource } from "../../shared/api/cluster.ts";
+import {
+  ManagedClusterResource,
+  ClusterLabel,
+  ClusterClaimResource,
+  ManagedClusterLeaseName,
+  ManagedClusterSetResource,
+  ManagedClusterSetBindingResource,
+  PlacementResource,
+  PlacementDecisionResource,
+} from "../../shared/api/cluster.ts";
 import {
   ClusterManagementAddOnV1alpha1Resource,
   ManagedClusterAddOnV1alpha1Resource,
@@ -33,6 +42,8 @@ import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
 import * as clusterAcceptor from "../../functions/cluster-acceptor/reconcile.ts";
 import * as leaseMonitor from "../../functions/cluster-lease-monitor/reconcile.ts";
 import * as clusterTaints from "../../functions/cluster-taints/reconcile.ts";
+import * as clusterSets from "../../functions/cluster-sets/reconcile.ts";
+import * as placementScheduler from "../../functions/placement-scheduler/reconcile.ts";
 import * as addonInstaller from "../../functions/addon-installer/reconcile.ts";
 import * as addonManager from "../../functions/addon-manager/reconcile.ts";
 import * as addonCsrApprover from "../../functions/addon-csr-approver/reconcile.ts";
@@ -129,6 +140,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     serveFunction("hub", csrApprover.spec, await asHub("csr-approver"), csrApprover.ConfigSchema.parse(hubSettings)),
     serveFunction("hub", leaseMonitor.spec, await asHub("cluster-lease-monitor"), leaseMonitor.ConfigSchema.parse({ hubCluster: "hub", leaseGraceMultiplier: o.leaseGraceMultiplier })),
     serveFunction("hub", clusterTaints.spec, await asHub("cluster-taints"), clusterTaints.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", clusterSets.spec, await asHub("cluster-sets"), clusterSets.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", placementScheduler.spec, await asHub("placement-scheduler"), placementScheduler.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", addonInstaller.spec, await asHub("addon-installer"), addonInstaller.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", addonManager.spec, await asHub("addon-manager"), addonManager.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", addonCsrApprover.spec, await asHub("addon-csr-approver"), addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" })),
@@ -147,6 +160,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       onHub(AddOnDeploymentConfigV1alpha1Resource),
       onHub(PlacementResource),
       onHub(PlacementDecisionResource),
+      onHub(ManagedClusterSetResource),
+      onHub(ManagedClusterSetBindingResource),
       onHub(ManifestWorkResource),
       onHub(RoleBindingResource, { labelSelector: AddonNameLabel }),
     ],
