@@ -11,6 +11,15 @@ import { again } from "./transient.ts";
 
 const BOOTSTRAP_USER_PREFIX = "system:bootstrap:";
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
+// The account behind `clusteradm get token` (cli/render/hub.ts), exactly: clusteradm takes any username
+// it starts with.
+const BOOTSTRAP_ACCOUNT_USER = "system:serviceaccount:open-cluster-management:agent-registration-bootstrap";
+const BOOTSTRAP_ACCOUNT_GROUP = "system:serviceaccounts:open-cluster-management";
+
+// A request from a join identity: a bootstrap token in OCM's group, or the join-token account.
+const fromBootstrapIdentity = (c: Csr) =>
+  (c.spec.username?.startsWith(BOOTSTRAP_USER_PREFIX) && c.spec.groups?.includes(BOOTSTRAP_GROUP)) ||
+  (c.spec.username === BOOTSTRAP_ACCOUNT_USER && c.spec.groups?.includes(BOOTSTRAP_ACCOUNT_GROUP));
 
 type Csr = CertificateSigningRequest & KubeObject & { metadata: { name: string } };
 
@@ -26,7 +35,7 @@ export type AcceptResult = {
 // copy the real agent's common name, so it cannot tell the two apart.
 export async function acceptCluster(hub: KubeClient, cluster: string, o: { requesters?: readonly string[] } = {}): Promise<AcceptResult> {
   const { items } = await again(() => hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` }));
-  const bootstrap = items.filter((c) => c.spec.username?.startsWith(BOOTSTRAP_USER_PREFIX) && c.spec.groups?.includes(BOOTSTRAP_GROUP));
+  const bootstrap = items.filter(fromBootstrapIdentity);
   // As clusteradm, requests already decided count too: a new identity asking after the cluster joined is
   // as suspect as two asking at once.
   const requesters = [...new Set(bootstrap.map((c) => c.spec.username!))].sort();

@@ -33,7 +33,8 @@ export async function createBootstrapToken(hub: KubeClient, o: { now: Date; ttlM
   const secret = randomToken(16);
   const expires = o.ttlMs ? new Date(o.now.getTime() + o.ttlMs) : undefined;
   await hub.create(SecretResource, {
-    metadata: { name: `bootstrap-token-${id}`, namespace: "kube-system", labels: { [PartOfLabel]: PartOf } },
+    // app=cluster-manager is how `clusteradm get token --use-bootstrap-token` finds the hub's token
+    metadata: { name: `bootstrap-token-${id}`, namespace: "kube-system", labels: { [PartOfLabel]: PartOf, app: "cluster-manager" } },
     type: "bootstrap.kubernetes.io/token",
     stringData: {
       "token-id": id,

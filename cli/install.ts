@@ -1,5 +1,6 @@
 // `ocmf install hub`, what `clusteradm init` does for this project: render the hub, apply it, wait as
-// --wait says, then make a bootstrap token and print the command that joins a cluster with it.
+// --wait says, then make a bootstrap token and print the command that joins a cluster with it. The
+// render also holds the ServiceAccount `clusteradm get token` asks a token of (cli/render/hub.ts).
 import { writeFileSync } from "node:fs";
 import type { KubeClient } from "../shared/kube/client.ts";
 import { applyAll, missingKinds } from "./apply.ts";

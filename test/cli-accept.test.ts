@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startHub, type Hub } from "./support/fixtures.ts";
+import { allowCsrRequests, startHub, type Hub } from "./support/fixtures.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { CertificateSigningRequestResource, KubeAPIServerClientSignerName } from "../shared/api/kube.ts";
@@ -145,6 +145,37 @@ describe("the subject of a CSR from the trusted requester", () => {
     expect(lineFor(r.stdout, wrong)).toContain("refused");
     expect(await approvedCsrs(cluster)).toEqual([]);
     expect(await hubAcceptsClient(cluster)).toBe(false);
+  });
+});
+
+describe("the join-token account of `clusteradm get token`", () => {
+  const accountIdentity = async (user: string, group: string): Promise<Identity> => {
+    const hub = KubeClient.fromKubeconfig(await plane.cluster.kubeconfigFor({ user, groups: [group, "system:serviceaccounts"] }));
+    identities.push(hub);
+    return { user, hub };
+  };
+
+  it("approves the CSR the account requested for the cluster, as clusteradm accept does", async () => {
+    const cluster = `cluster-${suffix()}`;
+    const agent = await accountIdentity("system:serviceaccount:open-cluster-management:agent-registration-bootstrap", "system:serviceaccounts:open-cluster-management");
+    await agent.hub.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: cluster }, spec: { hubAcceptsClient: false } });
+    const real = await requestAs(agent, cluster, agentUser(cluster, suffix()));
+    const r = await ocmfAccept(["--clusters", cluster]);
+    expect(r.code).toBe(0);
+    expect(await approvedCsrs(cluster)).toEqual([real]);
+    expect(await hubAcceptsClient(cluster)).toBe(true);
+  });
+
+  it("ignores a request from another account whose name only starts like it (clusteradm matches the prefix)", async () => {
+    const cluster = `cluster-${suffix()}`;
+    const group = "system:serviceaccounts:open-cluster-management";
+    const lookalike = await accountIdentity("system:serviceaccount:open-cluster-management:agent-registration-bootstrap-2", group);
+    await allowCsrRequests(admin, [group]);
+    await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: cluster }, spec: { hubAcceptsClient: false } });
+    const planted = await requestAs(lookalike, cluster, agentUser(cluster, suffix()));
+    const r = await ocmfAccept(["--clusters", cluster]);
+    expect(r.stdout).not.toContain(planted);
+    expect(await approvedCsrs(cluster)).toEqual([]);
   });
 });
 

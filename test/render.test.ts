@@ -32,7 +32,9 @@ describe("a render", () => {
     { side: "hub", objects: hub },
     { side: "spoke", objects: spoke },
   ])("labels every $side object part-of ocm-functions, so an uninstall finds them", ({ objects }) => {
-    expect(objects.filter((o) => o.metadata.labels?.[PartOfLabel] !== PartOf).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
+    // open-cluster-management is shared with OCM and users: an uninstall leaves it (cli/render/hub.ts)
+    const shared = (o: Manifest) => o.kind === "Namespace" && o.metadata.name === "open-cluster-management";
+    expect(objects.filter((o) => o.metadata.labels?.[PartOfLabel] !== PartOf && !shared(o)).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
   });
 
   it("has 10 hub and 5 spoke functions, each on its own side only", () => {
@@ -102,6 +104,8 @@ describe("a render", () => {
     const { namespace, name } = BootstrapServiceAccount;
     expect([namespace, name]).toEqual(["open-cluster-management", "agent-registration-bootstrap"]);
     expect(of(hub, "Namespace").map((n) => n.metadata.name)).toContain(namespace);
+    // not labelled as ours: an uninstall must not delete a namespace OCM or the user may already own
+    expect(of(hub, "Namespace").find((n) => n.metadata.name === namespace)!.metadata.labels?.[PartOfLabel]).toBeUndefined();
     expect(of(hub, "ServiceAccount").filter((a) => a.metadata.namespace === namespace).map((a) => a.metadata.name)).toEqual([name]);
     const bindings = hub.filter((o): o is Binding => o.kind.endsWith("Binding"));
     const ofAccount = bindings.filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === name && s.namespace === namespace));

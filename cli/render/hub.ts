@@ -197,10 +197,12 @@ function hubRelay(f: FunctionDeployment, ns: string, cluster: string, o: HubOpti
 // same; manifests/hub/bootstrap-rbac.yaml binds it to the bootstrap ClusterRole, and to nothing else.
 export const BootstrapServiceAccount = { namespace: "open-cluster-management", name: "agent-registration-bootstrap" } as const;
 
-// The namespace (unless the hub's own namespace is that one) and the ServiceAccount, labelled as ours.
+// The namespace (unless the hub's own namespace is that one) and the ServiceAccount. The account is
+// labelled as ours; the namespace is not: OCM, or the user, may own open-cluster-management already, and
+// an uninstall must never delete a namespace it did not make. It stays behind, empty.
 export function bootstrapServiceAccount(hubNamespace: string = HubNamespaceDefault): Manifest[] {
   const { namespace: ns, name } = BootstrapServiceAccount;
-  return [...(hubNamespace === ns ? [] : [namespace(ns)]), { apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns } }].map(withPartOf);
+  return [...(hubNamespace === ns ? [] : [namespace(ns)]), withPartOf({ apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns } })];
 }
 
 export function renderHub(o: HubOptions = {}): Manifest[] {
@@ -223,7 +225,6 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     ...ocmCrds().filter((c) => !isSpokeCrd(c)),
     ...readManifests("hub", "admission-policies.yaml"),
     ...readManifests("hub", "bootstrap-rbac.yaml"),
-    ...bootstrapServiceAccount(ns),
     broker(brokerName, ns, o),
   ];
   for (const f of fns) {
@@ -259,5 +260,6 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
       metadata: { name: PingSourceName, namespace: ns },
       spec: { schedule: o.resyncSchedule ?? "* * * * *", ceOverrides: { extensions: { cluster } }, sink: brokerRef(brokerName) },
     });
-  return objects.map(withPartOf);
+  // after the labelling: bootstrapServiceAccount labels what is ours of it
+  return [...objects.map(withPartOf), ...bootstrapServiceAccount(ns)];
 }
