@@ -161,7 +161,8 @@ async function writeSetStatus(io: Io<Config>, hub: KubeClient, set: ManagedClust
     return;
   }
   const count = query.selects === "nothing" ? 0 : (await hub.list<ManagedCluster>(ManagedClusterResource, { labelSelector: query.labelSelector })).items.length;
-  const condition = clusterSetEmptyCondition(count);
+  // observedGeneration: placement-scheduler tells a status-only update of the set from a changed selector by it
+  const condition = { ...clusterSetEmptyCondition(count), observedGeneration: set.metadata.generation };
   if (hasCondition(set.status?.conditions, condition)) return;
   await patchStatusIfChanged(hub, ManagedClusterSetResource, set, { ...set.status, conditions: setCondition(set.status?.conditions, condition, io.clock.now()) });
   io.log.info({ set: set.metadata.name, count }, condition.message);

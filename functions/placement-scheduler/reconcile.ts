@@ -13,6 +13,7 @@ import {
   ClusterLabel,
   ManagedClusterResource,
   ManagedClusterSetBindingResource,
+  ManagedClusterSetConditionType,
   ManagedClusterSetResource,
   PlacementConditionType,
   PlacementDecisionResource,
@@ -180,6 +181,8 @@ async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { s
   }
   if (isKind(event, ManagedClusterSetBindingResource.kind)) return placementsIn(client, hub, (p) => p.metadata.namespace === namespace && usesSet(p, event.ref.name));
   if (isKind(event, ManagedClusterSetResource.kind)) {
+    // cluster-sets' count written for the set's present generation: membership changes reach us as cluster events
+    if (event.verb === "update" && event.object && statusOnlySetUpdate(event.object as ManagedClusterSet)) return { skip: "status update of a cluster set whose selector is unchanged" };
     const { items } = await client.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: `metadata.name=${event.ref.name}` });
     const namespaces = new Set(items.map((b) => b.metadata.namespace));
     return placementsIn(client, hub, (p) => namespaces.has(p.metadata.namespace) && usesSet(p, event.ref.name));
@@ -197,6 +200,11 @@ function scheduledThisGeneration(p: Placement): boolean {
     g !== undefined &&
     [PlacementConditionType.PlacementSatisfied, PlacementConditionType.PlacementMisconfigured].every((t) => findCondition(conditions, t)?.observedGeneration === g)
   );
+}
+
+function statusOnlySetUpdate(set: ManagedClusterSet): boolean {
+  const g = set.metadata.generation;
+  return g !== undefined && findCondition(set.status?.conditions, ManagedClusterSetConditionType.ClusterSetEmpty)?.observedGeneration === g;
 }
 
 async function placementsIn(client: KubeClient, hub: string, wanted: (p: Placement) => boolean): Promise<Key[]> {

@@ -10,6 +10,7 @@ import {
   PlacementDecisionResource,
   PlacementResource,
   type ManagedCluster,
+  type ManagedClusterSet,
   type Placement,
   type PlacementDecision,
   type Taint,
@@ -459,6 +460,19 @@ describe("events", () => {
     written.spec.numberOfClusters = 1;
     const changed = await plane.admin.update<Placement>(PlacementResource, written);
     expect(await keysOf(s, placementEvent(changed))).toEqual([{ cluster: HUB, namespace: s.ns, name: "p" }]);
+  });
+
+  it("skips a cluster set update that only rewrote its status, not one that changed its selector", async () => {
+    const s = await scene();
+    await place(s, "p");
+    const setEvent = (set: ManagedClusterSet) => objectEvent({ cluster: HUB, verb: "update", object: { apiVersion: "cluster.open-cluster-management.io/v1beta2", kind: "ManagedClusterSet", ...set } });
+    const set = (await plane.admin.get<ManagedClusterSet>(ManagedClusterSetResource, s.set))!;
+    // as cluster-sets writes it: the count for the set's present generation
+    const counted = await plane.admin.patch<ManagedClusterSet>(ManagedClusterSetResource, s.set, { status: { conditions: [{ type: "ClusterSetEmpty", status: "True", reason: "NoClusterMatched", message: "No ManagedCluster selected", lastTransitionTime: rfc3339(s.clock.now()), observedGeneration: set.metadata.generation }] } }, { subresource: "status" });
+    expect(await keysOf(s, setEvent(counted))).toEqual({ skip: "status update of a cluster set whose selector is unchanged" });
+    const changed = await plane.admin.patch<ManagedClusterSet>(ManagedClusterSetResource, s.set, { spec: { clusterSelector: { selectorType: "LabelSelector", labelSelector: { matchLabels: { x: "y" } } } } });
+    expect(changed.metadata.generation).toBeGreaterThan(set.metadata.generation!);
+    expect(await keysOf(s, setEvent(changed))).toEqual([{ cluster: HUB, namespace: s.ns, name: "p" }]);
   });
 
   it("maps a cluster to the placements that can select it or have decided it, and a binding to its namespace", async () => {
