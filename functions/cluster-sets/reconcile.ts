@@ -66,8 +66,20 @@ async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { s
   if (isKind(event, ManagedClusterSetBindingResource.kind)) return keysFor(hub, [event.ref.name]);
   // The event carries only the cluster's new labels, so a set it left cannot be told from it: recount
   // every set, and default, which labels a cluster that has no set.
-  if (isKind(event, ManagedClusterResource.kind)) return keysFor(hub, [DefaultClusterSetName, GlobalClusterSetName, ...(await setNames(io.cluster(hub)))]);
+  if (isKind(event, ManagedClusterResource.kind)) {
+    const sets = (await io.cluster(hub).list<ManagedClusterSet>(ManagedClusterSetResource)).items;
+    // An update cannot move a cluster into or out of a set that selects every cluster (global): only an
+    // add or a delete changes that count, and it is a list of the whole fleet.
+    const recount = event.verb === "update" ? sets.filter((s) => !selectsEveryCluster(s)) : sets;
+    const pinned = event.verb === "update" ? [DefaultClusterSetName] : [DefaultClusterSetName, GlobalClusterSetName];
+    return keysFor(hub, [...pinned, ...recount.map((s) => s.metadata.name)]);
+  }
   return { skip: `not a kind this function watches: ${event.ref.kind}` };
+}
+
+function selectsEveryCluster(set: ManagedClusterSet): boolean {
+  const c = set.spec?.clusterSelector;
+  return c?.selectorType === "LabelSelector" && !!c.labelSelector && Object.keys(c.labelSelector.matchLabels ?? {}).length === 0 && (c.labelSelector.matchExpressions ?? []).length === 0;
 }
 
 const setNames = async (hub: KubeClient) => (await hub.list<ManagedClusterSet>(ManagedClusterSetResource)).items.map((s) => s.metadata.name);
