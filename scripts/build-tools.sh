@@ -9,8 +9,11 @@
 #   scripts/build-tools.sh knative-webhooks  # also Knative Serving's and Eventing's webhooks; prints their paths last
 #   scripts/build-tools.sh eventing   # also Knative Eventing's programs that run as pods on a node
 #                                     # (dev/control-plane/eventing.ts); prints one `<cmd> <path>` line each
+#   scripts/build-tools.sh clusteradm # also OCM's own CLI, clusteradm (test/clusteradm.test.ts); prints its path last
 #   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs, kube-proxy, CoreDNS
 #                                     # and kubelet; prints their paths last, in that order (kubelet last)
+#   scripts/build-tools.sh ocm        # also OCM v1.2.0's registration, work and placement programs
+#                                     # (tools/ocm); prints one `<cmd> <path>` line each, placement last
 #   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -94,6 +97,18 @@ if [ "${1:-}" = "eventing" ]; then
     echo "$cmd $bin/$out"
   done
 fi
+if [ "${1:-}" = "clusteradm" ]; then
+  # From tools/clusteradm, which stands ocm v1.2.0 in for the v1.3.1 the proxy refuses (a replace). Named
+  # by its version and a hash of the module files, so a bump or another replace builds anew. Stamped as
+  # clusteradm's Makefile does, so `clusteradm version` names the release. The checksum database does not
+  # know OCM's modules; go.sum holds their sums, and GONOSUMDB keeps a bump from asking it.
+  clusteradm_version=$(version_of open-cluster-management.io/clusteradm "$here/tools/clusteradm")
+  clusteradm_hash=$(cat "$here"/tools/clusteradm/go.mod "$here"/tools/clusteradm/go.sum | sha256sum | cut -c1-12)
+  clusteradm_out="clusteradm-$clusteradm_version-$clusteradm_hash"
+  GONOSUMDB=open-cluster-management.io build clusteradm "$clusteradm_out" open-cluster-management.io/clusteradm/cmd/clusteradm \
+    "-s -w -X open-cluster-management.io/clusteradm/pkg/version.versionFromGit=$clusteradm_version -X open-cluster-management.io/clusteradm/pkg/version.gitTreeState=clean"
+  echo "$bin/$clusteradm_out"
+fi
 if [ "${1:-}" = "node" ]; then
   # Our own pause program (tools/pause), the sandbox image's only file, the probe a test pod runs,
   # and kubelet and kube-scheduler from the same module and stamps as kube-apiserver so the node
@@ -117,4 +132,21 @@ if [ "${1:-}" = "node" ]; then
   echo "$bin/kube-proxy"
   echo "$bin/coredns-$coredns_version-$coredns_hash"
   echo "$bin/kubelet"
+fi
+if [ "${1:-}" = "ocm" ]; then
+  # OCM's own programs from tools/ocm (open-cluster-management.io/ocm v1.2.0, the newest release the Go
+  # proxy here serves): registration (hub controller, spoke agent), work (hub manager, spoke agent) and
+  # placement (the hub's placement controller, run beside our placement-scheduler by
+  # test/placement-conformance.test.ts). Named by the version and a hash of the module files, so a bump
+  # builds anew; stamped as OCM's Makefile does, so `--version` names the release. The checksum database
+  # knows neither OCM's modules nor the sigs.k8s.io/about-api pseudo-version OCM requires; go.sum holds
+  # their sums (about-api's is the one in OCM's own go.sum) and GONOSUMDB keeps a bump from asking for them.
+  # Printed as `<cmd> <path>`, placement last.
+  ocm_version=$(version_of open-cluster-management.io/ocm "$here/tools/ocm")
+  ocm_hash=$(cat "$here"/tools/ocm/go.mod "$here"/tools/ocm/go.sum | sha256sum | cut -c1-12)
+  for cmd in registration work placement; do
+    GONOSUMDB=open-cluster-management.io,sigs.k8s.io/about-api build ocm "ocm-$cmd-$ocm_version-$ocm_hash" "open-cluster-management.io/ocm/cmd/$cmd" \
+      "-s -w -X open-cluster-management.io/ocm/pkg/version.versionFromGit=$ocm_version"
+    echo "$cmd $bin/ocm-$cmd-$ocm_version-$ocm_hash"
+  done
 fi

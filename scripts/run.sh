@@ -44,12 +44,22 @@ if [ "${1:-}" = test ]; then
   OCM_FUNCTIONS_KNATIVE_SERVING_WEBHOOK=$(head -n 1 <<<"$webhooks")
   OCM_FUNCTIONS_KNATIVE_EVENTING_WEBHOOK=$(tail -n 1 <<<"$webhooks")
   export OCM_FUNCTIONS_KNATIVE_SERVING_WEBHOOK OCM_FUNCTIONS_KNATIVE_EVENTING_WEBHOOK
+  # OCM's own CLI against our hub (test/clusteradm.test.ts).
+  OCM_FUNCTIONS_CLUSTERADM=$("$root/scripts/build-tools.sh" clusteradm | tail -n 1)
+  export OCM_FUNCTIONS_CLUSTERADM
   # A real node (test/node.test.ts): Debian's containerd, runc, CNI plugins and nft, then kubelet,
   # kube-scheduler, kube-proxy, CoreDNS and our pause programs, built here so no test waits on a build.
   "$root/scripts/setup-node.sh"
   "$root/scripts/build-tools.sh" node >/dev/null
   # Knative Eventing in pods on that node (test/eventing-node.test.ts).
   "$root/scripts/build-tools.sh" eventing >/dev/null
+  # OCM v1.2.0's own programs, one variable each (test/placement-conformance.test.ts runs its placement
+  # controller beside our placement-scheduler).
+  ocm=$("$root/scripts/build-tools.sh" ocm | tail -n 3)
+  OCM_FUNCTIONS_OCM_REGISTRATION=$(awk '$1 == "registration" {print $2}' <<<"$ocm")
+  OCM_FUNCTIONS_OCM_WORK=$(awk '$1 == "work" {print $2}' <<<"$ocm")
+  OCM_FUNCTIONS_OCM_PLACEMENT=$(awk '$1 == "placement" {print $2}' <<<"$ocm")
+  export OCM_FUNCTIONS_OCM_REGISTRATION OCM_FUNCTIONS_OCM_WORK OCM_FUNCTIONS_OCM_PLACEMENT
 fi
 
 cd "$root"

@@ -28,31 +28,43 @@ export function labelValueProblem(value: string): string | undefined {
   return undefined;
 }
 
+// apimachinery's message for a label value it refuses, at the path it gives (values[i][key]).
+function invalidValue(key: string, value: string, i: number): string | undefined {
+  const reasons: string[] = [];
+  if (value.length > 63) reasons.push("must be no more than 63 characters");
+  if (value !== "" && !labelName.test(value))
+    reasons.push(
+      "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+    );
+  return reasons.length ? `values[${i}][${key}]: Invalid value: ${JSON.stringify(value)}: ${reasons.join("; ")}` : undefined;
+}
+
+// The reasons are worded as LabelSelectorAsSelector words them, since OCM's placement status repeats them.
 export function selectorQuery(selector: LabelSelector | undefined): SelectorQuery {
   if (!selector) return { selects: "nothing" };
   const parts: string[] = [];
   for (const [key, value] of Object.entries(selector.matchLabels ?? {})) {
-    const problem = labelKeyProblem(key) ?? labelValueProblem(value);
+    const problem = labelKeyProblem(key) ?? invalidValue(key, value, 0);
     if (problem) return { invalid: problem };
     parts.push(`${key}=${value}`);
   }
   for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
-    const problem = labelKeyProblem(key) ?? values.map(labelValueProblem).find((p) => p !== undefined);
-    if (problem) return { invalid: problem };
     switch (operator) {
       case "In":
       case "NotIn":
-        if (values.length === 0) return { invalid: `${key} ${operator}: values must be non-empty` };
-        parts.push(`${key} ${operator.toLowerCase()} (${values.join(",")})`);
+        if (values.length === 0) return { invalid: "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty" };
         break;
       case "Exists":
       case "DoesNotExist":
-        if (values.length > 0) return { invalid: `${key} ${operator}: values must be empty` };
-        parts.push(operator === "Exists" ? key : `!${key}`);
+        if (values.length > 0) return { invalid: `values: Invalid value: []string{${values.map((v) => JSON.stringify(v)).join(", ")}}: values set must be empty for exists and does not exist` };
         break;
       default:
-        return { invalid: `${key}: ${JSON.stringify(operator)} is not a valid label selector operator` };
+        return { invalid: `${JSON.stringify(operator)} is not a valid label selector operator` };
     }
+    const problem = labelKeyProblem(key) ?? values.map((v, i) => invalidValue(key, v, i)).find((p) => p !== undefined);
+    if (problem) return { invalid: problem };
+    if (operator === "In" || operator === "NotIn") parts.push(`${key} ${operator.toLowerCase()} (${values.join(",")})`);
+    else parts.push(operator === "Exists" ? key : `!${key}`);
   }
   return { selects: "matching", labelSelector: parts.join(",") };
 }

@@ -1,5 +1,6 @@
 // Where etcd, kube-apiserver and kube-controller-manager come from: KUBEBUILDER_ASSETS (envtest's
-// convention) when set, else the cache scripts/build-tools.sh fills from the Go module proxy.
+// convention) when set, else the cache scripts/build-tools.sh fills from the Go module proxy. Also
+// where OCM's clusteradm is (tools/clusteradm).
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join, dirname } from "node:path";
@@ -22,4 +23,49 @@ export function findBinaries(): Binaries {
   const b = { etcd: join(dir, "etcd"), apiserver: join(dir, "kube-apiserver"), controllerManager: join(dir, "kube-controller-manager") };
   for (const path of Object.values(b)) if (!existsSync(path)) throw new Error(`control plane binary missing: ${path}`);
   return b;
+}
+
+// scripts/run.sh builds clusteradm before the tests and names it in OCM_FUNCTIONS_CLUSTERADM; otherwise
+// the build script is asked (it builds it once, then answers at once).
+export function findClusteradm(): string {
+  const path =
+    process.env.OCM_FUNCTIONS_CLUSTERADM ||
+    execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["clusteradm"], { stdio: ["ignore", "pipe", "inherit"] }).toString().trim().split("\n").pop()!;
+  if (!existsSync(path)) throw new Error(`clusteradm missing: ${path} (scripts/build-tools.sh clusteradm builds it)`);
+  return path;
+}
+
+export type OcmPrograms = { registration: string; work: string; placement: string };
+const ocmPrograms = ["registration", "work", "placement"] as const;
+
+// OCM v1.2.0's own programs (tools/ocm). scripts/run.sh builds them before the tests and names each in
+// OCM_FUNCTIONS_OCM_REGISTRATION, _WORK and _PLACEMENT; otherwise the build script is asked (it builds
+// them once, then answers at once with one `<program> <path>` line each).
+export function findOcm(): OcmPrograms {
+  const fromEnv = {
+    registration: process.env.OCM_FUNCTIONS_OCM_REGISTRATION,
+    work: process.env.OCM_FUNCTIONS_OCM_WORK,
+    placement: process.env.OCM_FUNCTIONS_OCM_PLACEMENT,
+  };
+  let found: Partial<OcmPrograms> = fromEnv;
+  if (ocmPrograms.some((p) => !fromEnv[p])) {
+    const out = execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["ocm"], { stdio: ["ignore", "pipe", "inherit"] }).toString();
+    const lines = out.trim().split("\n").map((l) => l.split(" "));
+    found = Object.fromEntries(lines.filter((l) => l.length === 2 && ocmPrograms.includes(l[0] as never)));
+  }
+  for (const p of ocmPrograms) if (!found[p] || !existsSync(found[p])) throw new Error(`OCM's ${p} missing: ${found[p] ?? "(not built)"} (scripts/build-tools.sh ocm builds it)`);
+  return found as OcmPrograms;
+}
+
+// The folder of the open-cluster-management.io/api module tools/ocm builds with (its CRD files among
+// it), in the Go module cache; `go mod download` fetches it first if the cache lacks it.
+export function ocmApiModuleDir(): string {
+  const out = execFileSync("go", ["mod", "download", "-json", "open-cluster-management.io/api"], {
+    cwd: join(repoRoot, "tools", "ocm"),
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, GOTOOLCHAIN: "local", GOFLAGS: "-mod=mod", GONOSUMDB: "open-cluster-management.io,sigs.k8s.io/about-api" },
+  });
+  const dir = (JSON.parse(out.toString()) as { Dir?: string }).Dir;
+  if (!dir || !existsSync(dir)) throw new Error(`open-cluster-management.io/api is not in the Go module cache: ${out}`);
+  return dir;
 }

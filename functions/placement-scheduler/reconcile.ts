@@ -72,12 +72,8 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const otherDecisions = weights instanceof Map && weights.has(`BuiltIn/${Prioritizer.Balance}`) ? await decisionCountsElsewhere(hub, placement) : new Map<string, number>();
   const now = io.clock.now();
   const result = schedule({ placement, clusters: available, decided, otherDecisions, now });
-  let problem = result.problem;
-  let groups = decisionGroups(placement, result.selected);
-  if (!Array.isArray(groups)) {
-    problem = groups;
-    groups = [];
-  }
+  const { groups, problem: groupProblem } = decisionGroups(placement, result.selected);
+  const problem = groupProblem ?? result.problem;
   const wanted = placementDecisions(placement, groups);
   await writeDecisions(io, hub, wanted.decisions, own.items);
 

@@ -244,22 +244,23 @@ function chunk(names: string[], size: number): string[][] {
 
 // The decision groups: each named group takes the selected clusters its selector matches (a cluster
 // goes to the first group that matches it), the rest form unnamed groups; every group is cut to the
-// group length. No selected cluster still gives one empty group.
-export function decisionGroups(p: Placement, selected: readonly ManagedCluster[]): DecisionGroup[] | Problem {
+// group length. No selected cluster still gives one empty group. A group whose selector is invalid
+// stops there: the groups made before it are kept, as OCM keeps them.
+export function decisionGroups(p: Placement, selected: readonly ManagedCluster[]): { groups: DecisionGroup[]; problem?: Problem } {
   const strategy = p.spec.decisionStrategy?.groupStrategy;
   const length = groupLength(strategy?.clustersPerDecisionGroup ?? "100%", selected.length);
-  if (typeof length !== "number") return length;
+  if (typeof length !== "number") return { groups: [], problem: length };
   const left = new Set(selected.map((c) => c.metadata.name));
   const groups: DecisionGroup[] = [];
   for (const g of strategy?.decisionGroups ?? []) {
     const test = compileSelector(g.groupClusterSelector as ClusterSelector);
-    if ("error" in test) return { plugin: "", message: test.error };
+    if ("error" in test) return { groups, problem: { plugin: "", message: test.error } };
     const members = selected.filter((c) => left.has(c.metadata.name) && test(c)).map((c) => c.metadata.name);
     for (const m of members) left.delete(m);
     for (const part of chunk(members, length)) groups.push({ name: g.groupName, clusters: part });
   }
   for (const part of chunk([...left], length)) groups.push({ name: "", clusters: part });
-  return groups.length > 0 ? groups : [{ name: "", clusters: [] }];
+  return { groups: groups.length > 0 ? groups : [{ name: "", clusters: [] }] };
 }
 
 export type GroupStatus = { decisionGroupIndex: number; decisionGroupName: string; decisions: string[]; clusterCount: number };

@@ -20,7 +20,7 @@ import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, type Io } from "../../shared/harness.ts";
 import { spec, type Config } from "../../functions/placement-scheduler/reconcile.ts";
-import { compareVersions } from "../../functions/placement-scheduler/cel.ts";
+import { Semver, compareSemver } from "../../functions/placement-scheduler/cel.ts";
 import { objectEvent, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -205,15 +205,18 @@ describe("predicates", () => {
         { requiredClusterSelector: { claimSelector: { matchExpressions: [{ key: "region", operator: "In", values: ["west"] }] } } },
       ],
     });
-    await place(s, "cel", { predicates: [{ requiredClusterSelector: { celSelector: { celExpressions: ['managedCluster.status.version.kubernetes.versionIsGreaterThan("v1.30.0")', 'managedCluster.metadata.labels["env"] == "prod"'] } } }] });
+    await place(s, "cel", { predicates: [{ requiredClusterSelector: { celSelector: { celExpressions: ['semver(managedCluster.status.version.kubernetes, true).isGreaterThan(semver("1.30.0"))', 'managedCluster.metadata.labels["env"] == "prod"'] } } }] });
+    await place(s, "cel-json", { predicates: [{ requiredClusterSelector: { celSelector: { celExpressions: ['managedCluster.metadata.annotations["info"].parseJSON().tier == "gold"'] } } }] });
     await place(s, "cel-claims", { predicates: [{ requiredClusterSelector: { celSelector: { celExpressions: ['managedCluster.status.clusterClaims.exists(c, c.name == "region" && c.value == "east")'] } } }] });
     await place(s, "none", { predicates: [{ requiredClusterSelector: { labelSelector: { matchLabels: { env: "staging" } } } }] });
-    for (const p of ["label", "both", "either", "cel", "cel-claims", "none"]) await run(s, p);
+    await plane.admin.patch(ManagedClusterResource, `${s.set}-dev-east`, { metadata: { annotations: { info: '{"tier":"gold","rank":1}' } } });
+    for (const p of ["label", "both", "either", "cel", "cel-claims", "cel-json", "none"]) await run(s, p);
     expect(await decided(s, "label")).toEqual(["prod-east", "prod-west"]);
     expect(await decided(s, "both")).toEqual(["prod-east"]);
     expect(await decided(s, "either")).toEqual(["dev-east", "prod-west"]);
     expect(await decided(s, "cel")).toEqual(["prod-east"]);
     expect(await decided(s, "cel-claims")).toEqual(["dev-east", "prod-east"]);
+    expect(await decided(s, "cel-json")).toEqual(["dev-east"]);
     expect(await satisfied(s, "none")).toMatchObject({ status: "False", reason: "NoManagedClusterMatched", message: "No ManagedCluster matches any of the cluster predicate" });
   });
 
@@ -230,12 +233,33 @@ describe("predicates", () => {
     expect(await satisfied(s, "cel")).toMatchObject({ status: "False", reason: "NoManagedClusterMatched" });
   });
 
+  it("has Kubernetes' semver and quantity libraries, as OCM's placement controller declares them", async () => {
+    const s = await scene();
+    await addCluster(s, "big", { cpu: "8", memory: "32Gi", labels: { version: "1.31.2" } });
+    await addCluster(s, "small", { cpu: "1500m", memory: "4Gi", labels: { version: "1.29.0-rc.1" } });
+    const rows: [string, string, string[]][] = [
+      ["semver", 'semver(managedCluster.metadata.labels["version"]).isLessThan(semver("1.30.0"))', ["small"]],
+      ["semver-major", 'semver(managedCluster.metadata.labels["version"]).minor() == 31', ["big"]],
+      ["quantity", 'quantity(managedCluster.status.allocatable.memory).isGreaterThan(quantity("8Gi"))', ["big"]],
+      ["quantity-int", '!quantity(managedCluster.status.allocatable.cpu).isInteger()', ["small"]],
+      ["not-semver", 'isSemver("v1.2.3") || semver("v1.2.3").major() == 1', []],
+      ["normalized", 'isSemver("v1.2", true) && semver("v1.2", true).compareTo(semver("1.2.0")) == 0', ["big", "small"]],
+    ];
+    for (const [name, expression] of rows) await place(s, name, { predicates: [{ requiredClusterSelector: { celSelector: { celExpressions: [expression] } } }] });
+    for (const [name, , want] of rows) {
+      await run(s, name);
+      expect([name, await decided(s, name)]).toEqual([name, want]);
+    }
+  });
+
   it("compares versions by Semantic Versioning precedence", () => {
-    expect(compareVersions("v1.30.10", "1.30.9")).toBe(1);
-    expect(compareVersions("1.30.0-rc.1", "1.30.0")).toBe(-1);
-    expect(compareVersions("1.30.0-rc.2", "1.30.0-rc.10")).toBe(-1);
-    expect(compareVersions("1.30.0+build", "1.30.0")).toBe(0);
-    expect(() => compareVersions("latest", "1.0.0")).toThrow(/not a semantic version/);
+    const cmp = (a: string, b: string) => compareSemver(new Semver(a, true), new Semver(b, true));
+    expect(cmp("v1.30.10", "1.30.9")).toBe(1);
+    expect(cmp("1.30.0-rc.1", "1.30.0")).toBe(-1);
+    expect(cmp("1.30.0-rc.2", "1.30.0-rc.10")).toBe(-1);
+    expect(cmp("1.30.0+build", "1.30.0")).toBe(0);
+    expect(() => new Semver("v1.0.0")).toThrow(/not a semantic version/);
+    expect(() => new Semver("latest", true)).toThrow(/not a semantic version/);
   });
 });
 
