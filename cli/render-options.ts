@@ -2,10 +2,11 @@
 // take the hub's, `render spoke` and `join` the spoke's. Only the flags live here; the render is cli/render.
 import { InvalidArgumentError, Option, type Command } from "commander";
 import type { Workloads } from "./render/objects.ts";
+import { AllowListSchema } from "../shared/agent-config.ts";
 
 export type CommonFlags = { registry?: string; tag?: string; brokerClass?: string; env?: Record<string, string>; workloads?: Workloads };
 export type HubFlags = CommonFlags & { namespace?: string; resyncSchedule?: string };
-export type SpokeFlags = CommonFlags & { clusterName: string; spokeExternalServerUrls?: string[] };
+export type SpokeFlags = CommonFlags & { clusterName: string; spokeExternalServerUrls?: string[]; agentConfigAllow?: string };
 
 // NAME=VALUE, repeatable: values for func.yaml's run.envs (e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS).
 function envEntry(value: string, previous: Record<string, string> = {}): Record<string, string> {
@@ -15,6 +16,13 @@ function envEntry(value: string, previous: Record<string, string> = {}): Record<
 }
 
 const urls = (value: string) => value.split(",").map((u) => u.trim()).filter(Boolean);
+
+// Checked as the agent-config function will check it, so a typo fails the join instead of the function.
+function allowList(value: string): string {
+  const parsed = AllowListSchema.safeParse(value);
+  if (!parsed.success) throw new InvalidArgumentError(parsed.error.issues.map((i) => i.message).join("; "));
+  return value;
+}
 
 function commonFlags(c: Command): Command {
   return c
@@ -40,7 +48,12 @@ export function spokeFlags(c: Command, o: { clusterNameRequired: boolean }): Com
   const described = "the ManagedCluster's name (OCM's --spoke-cluster-name)";
   const named = o.clusterNameRequired ? c.requiredOption("--cluster-name <name>", described) : c.option("--cluster-name <name>", described, "cluster1");
   return commonFlags(named)
-    .option("--spoke-external-server-urls <urls>", "the spoke API server's URLs the hub is told, comma-separated", urls);
+    .option("--spoke-external-server-urls <urls>", "the spoke API server's URLs the hub is told, comma-separated", urls)
+    .option(
+      "--agent-config-allow <paths>",
+      "the agent settings a hub-assigned AgentConfig may change on this cluster, comma-separated (e.g. statusSyncIntervalSeconds,heartbeat.proxyURL,logLevel,features); none for nothing; default all",
+      allowList,
+    );
 }
 
 const common = (f: CommonFlags) => ({
@@ -54,7 +67,7 @@ const common = (f: CommonFlags) => ({
 export const hubOptions = (f: HubFlags) => ({ ...common(f), ...(f.namespace ? { namespace: f.namespace } : {}), ...(f.resyncSchedule ? { resyncSchedule: f.resyncSchedule } : {}) });
 
 export const spokeOptions = (f: SpokeFlags, bootstrapKubeconfig?: string) => ({
-  ...common(f),
+  ...common({ ...f, ...(f.agentConfigAllow !== undefined ? { env: { ...f.env, OCM_AGENT_CONFIG_ALLOW: f.agentConfigAllow } } : {}) }),
   clusterName: f.clusterName,
   ...(f.spokeExternalServerUrls ? { externalServerUrls: f.spokeExternalServerUrls } : {}),
   ...(bootstrapKubeconfig !== undefined ? { bootstrapKubeconfig } : {}),

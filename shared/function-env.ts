@@ -22,6 +22,9 @@ const variableOf: Readonly<Record<string, string>> = {
   maxJsonRawLength: "MAX_JSON_RAW_LENGTH",
   statusSyncIntervalMs: "STATUS_SYNC_INTERVAL_SECONDS",
   maxCustomClusterClaims: "MAX_CUSTOM_CLUSTER_CLAIMS",
+  allow: "OCM_AGENT_CONFIG_ALLOW",
+  defaultTrialSeconds: "OCM_AGENT_CONFIG_TRIAL_SECONDS",
+  installTime: "OCM_AGENT_CONFIG_INSTALL_TIME",
 };
 
 // A setting the process cannot run with; the message is one line that names the variable.

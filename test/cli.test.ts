@@ -57,9 +57,9 @@ describe("help", () => {
     { command: ["sidecar", "stop"], flags: ["--cluster"] },
     { command: ["sidecar", "start"], flags: ["--cluster"] },
     { command: ["render", "hub"], flags: ["--registry", "--tag", "--namespace", "--env", "--workloads"] },
-    { command: ["render", "spoke"], flags: ["--cluster-name", "--bootstrap-kubeconfig", "--spoke-external-server-urls", "--workloads"] },
+    { command: ["render", "spoke"], flags: ["--cluster-name", "--bootstrap-kubeconfig", "--spoke-external-server-urls", "--agent-config-allow", "--workloads"] },
     { command: ["install", "hub"], flags: ["--workloads", "--wait <level>", "--wait-timeout", "--token-ttl", "--output-bootstrap-kubeconfig", "--kubeconfig"] },
-    { command: ["join"], flags: ["--workloads", "--hub-kubeconfig", "--hub-token", "--hub-apiserver", "--hub-ca-data", "--hub-ca-file", "--cluster-name", "--wait <level>", "--kubeconfig"] },
+    { command: ["join"], flags: ["--workloads", "--agent-config-allow", "--hub-kubeconfig", "--hub-token", "--hub-apiserver", "--hub-ca-data", "--hub-ca-file", "--cluster-name", "--wait <level>", "--kubeconfig"] },
     { command: ["uninstall", "hub"], flags: ["--purge-clusters", "--wait-timeout", "--kubeconfig"] },
     { command: ["uninstall", "spoke"], flags: ["--wait-timeout", "--kubeconfig"] },
   ];
@@ -84,6 +84,7 @@ describe("failures are one line on stderr with exit code 1", () => {
     { name: "a workload form that does not exist", args: () => ["render", "hub", "--workloads", "bogus"], says: "error: option '--workloads <form>' argument 'bogus' is invalid. Allowed choices are knative, deployments." },
     { name: "an install of Knative Services on a hub without Knative", args: () => ["install", "hub", "--kubeconfig", hubKubeconfig], says: "install Knative Serving and Eventing there first" },
     { name: "an install of Deployments on a hub without Knative Eventing", args: () => ["install", "hub", "--workloads", "deployments", "--kubeconfig", hubKubeconfig], says: ": install Knative Eventing there first" },
+    { name: "an agent setting path that does not exist", args: () => ["render", "spoke", "--agent-config-allow", "logLevel,heartbeat.proxyUrl"], says: "error: option '--agent-config-allow <paths>' argument 'logLevel,heartbeat.proxyUrl' is invalid. heartbeat.proxyUrl is not a setting path" },
     { name: "a wait level that does not exist", args: () => ["install", "hub", "--wait", "forever"], says: "error: option '--wait <level>' argument 'forever' is invalid" },
     { name: "a wait timeout that is not a duration", args: () => ["install", "hub", "--wait-timeout", "5"], says: "error: option '--wait-timeout <duration>' argument '5' is invalid" },
   ];
@@ -102,6 +103,14 @@ describe("render --workloads deployments", () => {
     expect(r.stdout).not.toContain("serving.knative.dev");
     expect(r.stdout).toMatch(/^apiVersion: apps\/v1\nkind: Deployment\n/m);
     expect(r.stdout).toMatch(/ref:\n\s+apiVersion: v1\n\s+kind: Service\n/);
+  });
+});
+
+describe("render spoke --agent-config-allow", () => {
+  it("gives the agent-config function the allow-list, and no other function", async () => {
+    const r = await run(["render", "spoke", "--agent-config-allow", "logLevel,features"]);
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    expect(r.stdout.match(/- name: OCM_AGENT_CONFIG_ALLOW\n\s+value: (.*)\n/g)).toEqual([expect.stringContaining("value: logLevel,features")]);
   });
 });
 

@@ -73,7 +73,7 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     );
     const { items: knative } = await env.hubAdmin.list<Pod>(PodResource, { namespace: EventingNamespace });
     expect(knative.filter(ready).map((p) => p.spec.containers[0]!.image).every((i) => i.startsWith("dev.local/knative-eventing/") && i.endsWith(`:${env.eventing.version}`))).toBe(true);
-    expect(env.functions.length).toBe(10);
+    expect(env.functions.length).toBe(11);
     for (const fn of env.functions) {
       const pods = (await podsOf(fn)).filter(ready);
       expect(pods.length, fn).toBe(1);

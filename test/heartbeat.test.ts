@@ -1,12 +1,15 @@
 // The heartbeat sidecar against a real hub and spoke: it renews managed-cluster-lease only while its
 // cluster is accepted, follows the lease duration, picks up rotated credentials, survives the cluster
-// being recreated and the hub going away, and reports an expired certificate on /healthz.
+// being recreated and the hub going away, reports an expired certificate on /healthz, and runs with the
+// agent settings of the checkpoint (its proxy, its log level), recording its health on change only.
 import { randomBytes } from "node:crypto";
+import { createServer as createHttpServer } from "node:http";
+import { connect, createServer as createTcpServer, type Socket } from "node:net";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";
 import { startApiserver, stopApiserver } from "../dev/control-plane/restart.ts";
-import { KubeClient } from "../shared/kube/client.ts";
+import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
 import { KubeError } from "../shared/kube/errors.ts";
@@ -14,7 +17,10 @@ import { jsonLog, type Io } from "../shared/harness.ts";
 import { manualClock, microTime, systemClock, type Clock } from "../shared/clock.ts";
 import { issueCertificate } from "../shared/pki.ts";
 import { hubEndpoint, hubKubeconfig, type AgentSecrets, type Secret } from "../shared/hub-credentials.ts";
-import { LeaseResource, SecretResource } from "../shared/api/kube.ts";
+import { ConfigMapResource, LeaseResource, SecretResource } from "../shared/api/kube.ts";
+import type { AgentSettings } from "../shared/api/agent-config.ts";
+import { AgentHealthConfigMapName, checkpointData, CheckpointConfigMapName, HealthKey, installTimeConfig, InstallTimeHash, parseHealthRecords, settingsHash } from "../shared/agent-config.ts";
+import { createOrUpdate } from "../shared/apply.ts";
 import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault, HubSecretKey, ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
 import { setCondition } from "../shared/conditions.ts";
@@ -307,6 +313,195 @@ describe("credentials", () => {
       await stopped(hb);
     }
     await expect(fetch(`${hb.healthUrl}/healthz`)).rejects.toThrow(); // stop() closed the endpoint
+  });
+});
+
+// An HTTP CONNECT proxy in the test process: it counts the tunnels it opens and where they lead.
+async function startConnectProxy(): Promise<{ url: string; tunnels: string[]; close(): Promise<void> }> {
+  const tunnels: string[] = [];
+  const sockets = new Set<Socket>();
+  const server = createHttpServer((_req, res) => res.writeHead(405).end());
+  server.on("connect", (req: { url?: string }, client: Socket, head: Buffer) => {
+    const target = req.url ?? "";
+    tunnels.push(target);
+    const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+    const upstream = connect(port, host, () => {
+      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      upstream.write(head);
+      upstream.pipe(client).pipe(upstream);
+    });
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => s.destroy());
+      s.on("close", () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    tunnels,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+// A loopback address nothing listens on any more: connections to it are refused.
+async function closedPortURL(): Promise<string> {
+  const server = createTcpServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}`;
+}
+
+type ConfigMap = KubeObject & { data?: Record<string, string> };
+
+// The checkpoint as the spoke's agent-config function writes it: these settings active. Returns their hash.
+async function activate(settings: AgentSettings): Promise<string> {
+  const hash = settingsHash(settings);
+  const data = checkpointData({ active: { hash, settings }, lastKnownGood: installTimeConfig() });
+  await createOrUpdate<ConfigMap>(spokeAdmin, ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace: AgentNamespaceDefault }, data }, ["data"]);
+  return hash;
+}
+
+// No checkpoint and no health records: every sidecar of this file shares the agent namespace.
+async function withoutAgentConfig(): Promise<void> {
+  for (const name of [CheckpointConfigMapName, AgentHealthConfigMapName]) await spokeAdmin.delete(ConfigMapResource, name, AgentNamespaceDefault);
+}
+
+const heartbeatRecord = async () => {
+  const cm = await spokeAdmin.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, AgentNamespaceDefault);
+  return { record: parseHealthRecords(cm?.data)[HealthKey.Heartbeat], resourceVersion: cm?.metadata.resourceVersion };
+};
+
+describe("agent settings", () => {
+  it("renews through the proxy the active settings name, switches without a restart, and stops renewing when the proxy is gone", async () => {
+    await withoutAgentConfig();
+    const c = await joinedCluster();
+    const clock = manualClock();
+    const proxy = await startConnectProxy();
+    const hb = await heartbeat(c, { clock });
+    const renewed = async () => {
+      clock.advance(10_000);
+      const s = await hb.wake();
+      expect(s.last).toEqual({ kind: "renewed", renewTime: microTime(clock.now()) });
+      expect((await lease(c))?.spec?.renewTime).toBe(microTime(clock.now()));
+      return s;
+    };
+    try {
+      // install-time: straight to the hub
+      expect(await renewed()).toMatchObject({ settings: { hash: InstallTimeHash }, proxyURL: "" });
+      expect(proxy.tunnels).toEqual([]);
+
+      const viaProxy = await activate({ heartbeat: { proxyURL: proxy.url } });
+      expect(await renewed()).toMatchObject({ settings: { hash: viaProxy, proxyURL: proxy.url }, proxyURL: proxy.url });
+      const hubAddress = new URL(hubCluster.url).host;
+      expect(proxy.tunnels.length).toBeGreaterThan(0);
+      const afterOne = proxy.tunnels.length;
+      await renewed();
+      expect(proxy.tunnels.length).toBeGreaterThan(afterOne); // every renewal goes through it
+      expect(new Set(proxy.tunnels)).toEqual(new Set([hubAddress]));
+
+      // a proxy nobody listens on: renewals stop, and the sidecar backs off as for any unreachable hub
+      const closed = await closedPortURL();
+      const broken = await activate({ heartbeat: { proxyURL: closed } });
+      const before = (await lease(c))?.spec?.renewTime;
+      clock.advance(10_000);
+      const failing = await hb.wake();
+      expect(failing).toMatchObject({ last: { kind: "unreachable", reason: expect.stringMatching(/^hub: .*ECONNREFUSED/) }, settings: { hash: broken, proxyURL: closed }, failuresInARow: 1 });
+      expect(failing.nextWaitMs).toBe(1_000);
+      expect((await lease(c))?.spec?.renewTime).toBe(before);
+
+      // "" is no proxy at all, whatever the kubeconfig says
+      const tunnels = proxy.tunnels.length;
+      const direct = await activate({ heartbeat: { proxyURL: "" } });
+      expect(await renewed()).toMatchObject({ settings: { hash: direct, proxyURL: "" }, proxyURL: "", failuresInARow: 0 });
+      expect(proxy.tunnels.length).toBe(tunnels);
+    } finally {
+      await stopped(hb);
+      await proxy.close();
+      await withoutAgentConfig();
+    }
+  });
+
+  it("records the outcome of its renewals under each config only when the hash or the outcome changes", async () => {
+    await withoutAgentConfig();
+    const c = await joinedCluster();
+    const clock = manualClock();
+    const proxy = await startConnectProxy();
+    let hb = await heartbeat(c, { clock });
+    const beats = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        clock.advance(10_000);
+        await hb.wake();
+      }
+    };
+    try {
+      await beats(1);
+      const first = await heartbeatRecord();
+      expect(first.record).toEqual({ hash: InstallTimeHash, ok: true, since: clock.now().toISOString() });
+      await beats(3);
+      expect(await heartbeatRecord()).toEqual(first); // same resourceVersion: nothing written
+
+      const broken = await activate({ heartbeat: { proxyURL: await closedPortURL() } });
+      await beats(1);
+      const failing = await heartbeatRecord();
+      expect(failing.record).toEqual({ hash: broken, ok: false, since: clock.now().toISOString(), error: expect.stringContaining("ECONNREFUSED") });
+      expect(failing.resourceVersion).not.toBe(first.resourceVersion);
+      await beats(3);
+      expect(await heartbeatRecord()).toEqual(failing); // failing on: since stays the first failure
+
+      const viaProxy = await activate({ heartbeat: { proxyURL: proxy.url } });
+      await beats(1);
+      const working = await heartbeatRecord();
+      expect(working.record).toEqual({ hash: viaProxy, ok: true, since: clock.now().toISOString() });
+      await beats(2);
+      expect(await heartbeatRecord()).toEqual(working);
+
+      // a restarted sidecar finds its record already says so, and leaves it
+      await stopped(hb);
+      hb = await heartbeat(c, { clock });
+      await beats(2);
+      expect(hb.status().last?.kind).toBe("renewed");
+      expect(await heartbeatRecord()).toEqual(working);
+    } finally {
+      await stopped(hb);
+      await proxy.close();
+      await withoutAgentConfig();
+    }
+  });
+
+  it("follows the log level of the active settings", async () => {
+    await withoutAgentConfig();
+    const c = await joinedCluster();
+    const lines: { level: string; msg: string }[] = [];
+    const log = jsonLog("heartbeat", (line) => lines.push(JSON.parse(line) as { level: string; msg: string }));
+    const clock = manualClock();
+    await activate({ logLevel: "warn" });
+    const hb = await heartbeat(c, { clock, log });
+    try {
+      await hb.wake();
+      expect(hb.status().last?.kind).toBe("renewed");
+      expect(lines).toEqual([]); // no "hub credentials loaded", no "renewing the cluster lease"
+
+      await activate({ logLevel: "debug" });
+      for (let i = 0; i < 2; i++) {
+        clock.advance(10_000);
+        await hb.wake();
+      }
+      expect(lines.filter((l) => l.msg === "renewed").map((l) => l.level)).toEqual(["debug", "debug"]);
+    } finally {
+      await stopped(hb);
+      await withoutAgentConfig();
+    }
   });
 });
 

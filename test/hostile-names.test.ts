@@ -39,6 +39,8 @@ import * as addonCsrApprover from "../functions/addon-csr-approver/reconcile.ts"
 import * as addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
 import * as clusterSets from "../functions/cluster-sets/reconcile.ts";
 import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
+import * as agentConfigRollout from "../functions/agent-config-rollout/reconcile.ts";
+import { AgentConfigResource } from "../shared/api/agent-config.ts";
 import { identityFor, objectEvent, testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -70,6 +72,7 @@ const subjects: Subject[] = [
   { spec: addonClusterLabel.spec, config: { hubCluster: HUB }, watched: [addon, cluster] },
   { spec: clusterSets.spec, config: { hubCluster: HUB }, watched: [set, binding, cluster] },
   { spec: placementScheduler.spec, config: { hubCluster: HUB }, watched: [placement, decision, set, binding, cluster] },
+  { spec: agentConfigRollout.spec, config: { hubCluster: HUB }, watched: [{ resource: AgentConfigResource, name: "tuning" }, { resource: AgentConfigResource, name: "agent" }, decision] },
 ] as Subject[];
 
 const apiVersionOf = (r: ApiResource) => (r.group ? `${r.group}/${r.version}` : r.version);
@@ -127,6 +130,7 @@ const written: ApiResource[] = [
   ManagedClusterSetBindingResource,
   PlacementResource,
   PlacementDecisionResource,
+  AgentConfigResource,
 ];
 async function snapshot(): Promise<string[]> {
   const lists = await Promise.all(written.map(async (r) => (await admin.list(r)).items.map((o) => `${r.plural} ${o.metadata.namespace ?? ""}/${o.metadata.name} ${o.metadata.resourceVersion}`)));

@@ -185,7 +185,7 @@ describe("install, join, accept, uninstall", () => {
     const before = await readBack(hubAdmin, objects);
     const r = await ocmf(["install", "hub", "--wait", "all", "--wait-timeout", "2s"], { KUBECONFIG: hubKubeconfig });
     expect(r.code, described(r)).toBe(1);
-    expect(r.stdout).toMatch(/^waiting \(--wait all\): Broker 0\/1 Ready, Service 0\/10 Ready, Trigger 0\/\d+ Ready, ApiServerSource 0\/1 Ready, PingSource 0\/1 Ready/m);
+    expect(r.stdout).toMatch(/^waiting \(--wait all\): Broker 0\/1 Ready, Service 0\/11 Ready, Trigger 0\/\d+ Ready, ApiServerSource 0\/1 Ready, PingSource 0\/1 Ready/m);
     expect(r.stderr.trimEnd().split("\n")).toEqual([expect.stringMatching(/^error: not ready after 2s: eventing\.knative\.dev\/v1 Broker open-cluster-management-hub\/\S+ \(no status yet \(is its controller running\?\)\); .* and \d+ more$/)]);
     const after = await readBack(hubAdmin, objects);
     const changed = [...after].filter(([k, o]) => o?.metadata.resourceVersion !== before.get(k)?.metadata.resourceVersion).map(([k]) => k);
@@ -213,8 +213,8 @@ describe("install, join, accept, uninstall", () => {
     deployed.push(await runDeployed({ cluster: hub, namespace: HubNamespaceDefault, dist, runDir: join(work, "run-hub") }));
     spokeRun = await runDeployed({ cluster: spoke, namespace: AgentNamespaceDefault, dist, runDir: join(work, "run-spoke") });
     deployed.push(spokeRun);
-    expect([...deployed[0]!.functions.keys()].length).toBe(10);
-    expect([...spokeRun.functions.keys()].length).toBe(5);
+    expect([...deployed[0]!.functions.keys()].length).toBe(11);
+    expect([...spokeRun.functions.keys()].length).toBe(6);
 
     await eventually(async () => expect(await hubAdmin.get(ManagedClusterResource, CLUSTER)).toBeDefined(), { timeoutMs: 60_000 });
     const accept = await eventually(

@@ -1,6 +1,7 @@
 // The multi-cluster event relay against real API servers and real HTTP sinks: what it emits and how
-// it is shaped, where it goes, how delivery fails and recovers, how watches resume, and credentials
-// that come from (and rotate in) a Secret on another cluster.
+// it is shaped, where it goes, how delivery fails and recovers, how watches resume, credentials
+// that come from (and rotate in) a Secret on another cluster, and resync ticks that follow the agent
+// settings.
 import { describe, it, expect, beforeAll, afterAll, afterEach } from "vitest";
 import { createServer as createHttpServer } from "node:http";
 import { createServer as createTcpServer, connect, type Server as TcpServer, type Socket } from "node:net";
@@ -14,13 +15,18 @@ import { startClusters, type LocalCluster, type LocalClusters } from "../dev/con
 import { startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
-import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, LeaseResource, NamespaceResource, RoleBindingResource, RoleResource, SecretResource } from "../shared/api/kube.ts";
-import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../shared/api/registration.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, LeaseResource, NamespaceResource, NodeResource, RoleBindingResource, RoleResource, SecretResource } from "../shared/api/kube.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../shared/api/registration.ts";
+import type { AgentSettings } from "../shared/api/agent-config.ts";
+import { checkpointData, CheckpointConfigMapName, installTimeConfig, settingsHash } from "../shared/agent-config.ts";
+import { createOrUpdate } from "../shared/apply.ts";
+import { identityFor } from "../dev/control-plane/identities.ts";
 import { parseEvent, PingSourceType, type ParseResult } from "../shared/events.ts";
 import { done, serve, type FunctionSpec, type Log } from "../shared/harness.ts";
 import { hubEndpoint, hubKubeconfig } from "../shared/hub-credentials.ts";
 import { issueCertificate } from "../shared/pki.ts";
-import { configFromEnvironment, hubCredentialsFromAgentSecrets, type SecretRef } from "../components/relay/config.ts";
+import { agentSettingsCheckpoint, configFromEnvironment, hubCredentialsFromAgentSecrets, type SecretRef } from "../components/relay/config.ts";
+import type { Every } from "../components/relay/resync.ts";
 import { resolveSecretKubeconfig } from "../components/relay/credentials.ts";
 import { startRelay, type Relay, type RelayOptions } from "../components/relay/relay.ts";
 import { startFunctionServer, testIo } from "./support/functions.ts";
@@ -649,6 +655,8 @@ describe("configuration", () => {
     { name: "a secret read through credentials that come from a secret", text: { clusters: { a: { kubeconfig }, b: { secret: { cluster: "a", namespace: "n", name: "s" } }, c: { secret: { cluster: "b", namespace: "n", name: "s" } } } }, env: {}, then: /must live on a cluster with static credentials, not b/ },
     { name: "an override that is no CloudEvent attribute name", text: { clusters: {} }, env: { K_CE_OVERRIDES: JSON.stringify({ extensions: { "Bad-Name": "x" } }) }, then: /Invalid key in record[\s\S]*Bad-Name/ },
     { name: "K_CE_OVERRIDES that is not JSON", text: { clusters: {} }, env: { K_CE_OVERRIDES: "{" }, then: /K_CE_OVERRIDES is not JSON/ },
+    { name: "agent settings on a cluster without credentials", text: { clusters: { hub: { kubeconfig } }, agentSettings: { cluster: "spoke", namespace: "agent" } }, env: {}, then: /no credentials configured for cluster spoke/ },
+    { name: "agent settings named by namespace only", text: { clusters: { spoke: { kubeconfig } }, agentSettings: { cluster: "spoke", namespace: "agent" } }, env: {}, then: { agentSettings: { cluster: "spoke", namespace: "agent", name: CheckpointConfigMapName } } },
     { name: "two sources under one name", text: { clusters: { hub: { kubeconfig } }, sources: [{ cluster: "hub", resource: cm }, { cluster: "hub", resource: cm, fieldSelector: "a=b" }] }, env: {}, then: /two sources are named hub\/configmaps/ },
     { name: "K_SINK and K_CE_OVERRIDES as a ContainerSource injects them", text: { clusters: {} }, env: { K_SINK: "http://sink.invalid/", K_CE_OVERRIDES: JSON.stringify({ extensions: { tenant: "t1" } }) }, then: { sinks: [{ name: "k-sink", url: "http://sink.invalid/" }], ceOverrides: { extensions: { tenant: "t1" } } } },
   ];
@@ -656,6 +664,65 @@ describe("configuration", () => {
     const read = () => configFromEnvironment(stringify(text), env);
     if (then instanceof RegExp) expect(read).toThrow(then);
     else expect(read()).toMatchObject(then);
+  });
+});
+
+describe("agent settings", () => {
+  it("restarts its resync ticks at the active relayResyncSeconds of the agent's checkpoint, without a restart", async () => {
+    const spokeAdmin = admin(spoke);
+    // The relay reads the checkpoint with a spoke relay's own rights (manifests/rbac/relay-spoke.yaml).
+    const kubeconfig = await identityFor(spoke, "relay-spoke");
+    await spokeAdmin.delete(ConfigMapResource, CheckpointConfigMapName, AgentNamespaceDefault);
+    cleanups.push(async () => void (await spokeAdmin.delete(ConfigMapResource, CheckpointConfigMapName, AgentNamespaceDefault)));
+    const activate = async (settings: AgentSettings) => {
+      const hash = settingsHash(settings);
+      const data = checkpointData({ active: { hash, settings }, lastKnownGood: installTimeConfig() });
+      await createOrUpdate<KubeObject & { data?: Record<string, string> }>(spokeAdmin, ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace: AgentNamespaceDefault }, data }, ["data"]);
+      return hash;
+    };
+    // Timers the test holds: the ones running, each with its interval and the tick it would call.
+    const running = new Set<{ ms: number; run: () => void }>();
+    const every: Every = (ms, run) => {
+      const timer = { ms, run };
+      running.add(timer);
+      return () => running.delete(timer);
+    };
+    const intervals = () => [...running].map((t) => t.ms);
+    const sink = await startSink();
+    const r = relay({
+      clusters: { spoke: { kubeconfig } },
+      sources: [{ cluster: "spoke", resource: NodeResource, mode: "Reference" }],
+      sinks: [{ name: "ticks", url: sink.url, filter: { type: PingSourceType } }],
+      resync: { intervalMs: 60_000 },
+      agentSettings: agentSettingsCheckpoint("spoke", AgentNamespaceDefault),
+      every,
+    });
+    await r.ready;
+    expect(intervals()).toEqual([60_000]); // no checkpoint: the configured interval
+    expect(r.status().resync).toMatchObject({ intervalMs: 60_000, settings: { state: "watching" } });
+
+    const fast = await activate({ relayResyncSeconds: 2 });
+    await eventually(() => expect(r.status().resync).toMatchObject({ intervalMs: 2_000, hash: fast }));
+    expect(intervals()).toEqual([2_000]); // one timer, restarted
+    for (const t of running) t.run();
+    await eventually(() => expect(sink.received.map((x) => [x.headers["ce-type"], x.headers["ce-cluster"]])).toEqual([[PingSourceType, "spoke"]]));
+
+    const slower = await activate({ relayResyncSeconds: 5, logLevel: "debug" });
+    await eventually(() => expect(r.status().resync).toMatchObject({ intervalMs: 5_000, hash: slower }));
+    expect(intervals()).toEqual([5_000]);
+
+    // a config that leaves the interval unset means the configured one, as does no checkpoint at all
+    const unset = await activate({ logLevel: "info" });
+    await eventually(() => expect(r.status().resync).toMatchObject({ intervalMs: 60_000, hash: unset }));
+    await activate({ relayResyncSeconds: 3 });
+    await eventually(() => expect(intervals()).toEqual([3_000]));
+    await spokeAdmin.delete(ConfigMapResource, CheckpointConfigMapName, AgentNamespaceDefault);
+    await eventually(() => expect(r.status().resync).toEqual(expect.objectContaining({ intervalMs: 60_000 })));
+    expect(r.status().resync.hash).toBeUndefined();
+    expect(intervals()).toEqual([60_000]);
+
+    await r.stop();
+    expect(intervals()).toEqual([]);
   });
 });
 

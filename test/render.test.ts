@@ -37,10 +37,10 @@ describe("a render", () => {
     expect(objects.filter((o) => o.metadata.labels?.[PartOfLabel] !== PartOf && !shared(o)).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
   });
 
-  it("has 10 hub and 5 spoke functions, each on its own side only", () => {
+  it("has 11 hub and 6 spoke functions, each on its own side only", () => {
     expect(of(hub, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "hub").map((f) => f.name));
     expect(of(spoke, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "spoke").map((f) => f.name));
-    expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([10, 5]);
+    expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([11, 6]);
   });
 
   it.each(functions.filter(({ f }) => !isRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions", ({ name, f, objects }) => {
@@ -95,7 +95,7 @@ describe("a render", () => {
     const subscribed = new Set(functions.filter((f) => f.side === "spoke").flatMap((f) => f.f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
     expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);
     const onHub = config.sources.filter((s) => s.cluster === "hub");
-    expect(onHub.map((s) => s.namespace ?? s.labelSelector ?? s.fieldSelector)).toEqual(["edge-7", "open-cluster-management.io/cluster-name=edge-7", "metadata.name=edge-7", "edge-7"]);
+    expect(onHub.map((s) => s.namespace ?? s.labelSelector ?? s.fieldSelector)).toEqual(["edge-7", "open-cluster-management.io/cluster-name=edge-7", "metadata.name=edge-7", "edge-7", "edge-7"]);
   });
 
   // `clusteradm get token` asks for a token of this account (OCM's cluster-manager makes it).

@@ -26,6 +26,7 @@ import {
   ManagedClusterAddOnV1alpha1Resource,
 } from "../../shared/api/addon.ts";
 import { ManifestWorkResource } from "../../shared/api/work.ts";
+import { AgentConfigResource } from "../../shared/api/agent-config.ts";
 import { AddonNameLabel } from "../../shared/api/registration.ts";
 import { PingSourceType } from "../../shared/events.ts";
 import { stringify } from "yaml";
@@ -78,6 +79,7 @@ const hubKinds: readonly ApiResource[] = [
   PlacementDecisionResource,
   ManagedClusterSetResource,
   ManagedClusterSetBindingResource,
+  AgentConfigResource,
 ];
 
 // The label selectors a function's func.yaml comments ask for; a kind not listed here is watched whole.

@@ -56,8 +56,8 @@ export function readManifests(...path: string[]): Manifest[] {
     .filter((d): d is Manifest => d !== null);
 }
 
-// OCM's CRDs as generated into manifests/crds. A spoke serves ClusterClaims and AppliedManifestWorks
-// (OCM's klusterlet installs them there); every other kind is the hub's.
+// The CRDs as generated into manifests/crds (OCM's and our AgentConfig). A spoke serves ClusterClaims and
+// AppliedManifestWorks (OCM's klusterlet installs them there); every other kind is the hub's.
 export function ocmCrds(): Manifest[] {
   const dir = join(import.meta.dirname, "..", "..", "manifests", "crds");
   return readdirSync(dir)

@@ -4,12 +4,13 @@
 // Deployment, and the bootstrap kubeconfig when given.
 import { stringify } from "yaml";
 import type { ApiResource } from "../../shared/api/meta.ts";
-import { CertificateSigningRequestResource, LeaseResource, NamespaceResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
+import { CertificateSigningRequestResource, ConfigMapResource, LeaseResource, NamespaceResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
+import { AgentConfigResource } from "../../shared/api/agent-config.ts";
 import { ClusterClaimResource, ClusterLabel, ManagedClusterResource } from "../../shared/api/cluster.ts";
 import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
 import { AppliedManifestWorkResource, ManifestWorkResource } from "../../shared/api/work.ts";
 import { BootstrapSecretName, HubSecretKey } from "../../shared/api/registration.ts";
-import { RelayConfigSchema, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
+import { RelayConfigSchema, agentSettingsCheckpoint, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
 import { readFunctions, type FunctionDeployment } from "./func-yaml.ts";
 import {
   broker,
@@ -48,6 +49,7 @@ const HEARTBEAT_HEALTH_PORT = 8000;
 type Where = { on: "spoke" | "hub"; resource: ApiResource; mode: "Resource" | "Reference"; namespace?: "agent" | "cluster"; labelSelector?: "cluster"; fieldSelector?: string | "name" };
 const relaySources: readonly Where[] = [
   { on: "spoke", resource: SecretResource, namespace: "agent", mode: "Reference" },
+  { on: "spoke", resource: ConfigMapResource, namespace: "agent", mode: "Reference" }, // the agent config's checkpoint and health records
   { on: "spoke", resource: NodeResource, mode: "Reference" },
   { on: "spoke", resource: ClusterClaimResource, mode: "Reference" },
   { on: "spoke", resource: AppliedManifestWorkResource, mode: "Resource" },
@@ -58,6 +60,7 @@ const relaySources: readonly Where[] = [
   { on: "hub", resource: CertificateSigningRequestResource, labelSelector: "cluster", mode: "Resource" },
   { on: "hub", resource: ManagedClusterResource, fieldSelector: "name", mode: "Resource" },
   { on: "hub", resource: ManifestWorkResource, namespace: "cluster", mode: "Resource" },
+  { on: "hub", resource: AgentConfigResource, namespace: "cluster", mode: "Resource" },
 ];
 
 // A kind's mode: what its subscriptions' types name (Resource wins when both are named, since a
@@ -86,6 +89,8 @@ export function relayConfig(fns: readonly FunctionDeployment[], o: { spoke: stri
     clusters: { [o.spoke]: { inCluster: true }, [o.hub]: hubCredentialsFromAgentSecrets(o.spoke, o.agentNamespace) },
     sources,
     resync: { intervalMs: o.resyncSeconds * 1000 },
+    // relayResyncSeconds of the active AgentConfig settings, when one is assigned (docs/agent-config.md)
+    agentSettings: agentSettingsCheckpoint(o.spoke, o.agentNamespace),
   };
   RelayConfigSchema.parse(config); // a configuration the relay would refuse is not rendered
   return config;

@@ -1,7 +1,8 @@
 // The hub as the cluster's own identity, for the heartbeat: hub-kubeconfig-secret is read every period,
-// and only when its resourceVersion moved is the bootstrap secret read, the pair judged (OCM's
-// IsHubKubeConfigValid, §3.5) and a new client built. A rotated certificate is picked up within a
-// period; an unchanged one costs one small GET.
+// and only when its resourceVersion moved (or the proxy the agent settings name changed) is the
+// bootstrap secret read, the pair judged (OCM's IsHubKubeConfigValid, §3.5) and a new client built. A
+// rotated certificate or a new proxy is picked up within a period; an unchanged one costs one small GET.
+import { parse, stringify } from "yaml";
 import { SecretResource } from "../../shared/api/kube.ts";
 import { HubSecretKey } from "../../shared/api/registration.ts";
 import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../shared/hub-credentials.ts";
@@ -11,30 +12,32 @@ import type { KubeClient } from "../../shared/kube/client.ts";
 // re-bootstrap fixes, so the health endpoint reports it.
 export const ExpiredCertificateReason = "the client certificate has expired";
 
-export type HubConnection = { hub: KubeClient; identity: string; notAfter: Date };
+// proxyURL: the proxy renewals go through ("" when none).
+export type HubConnection = { hub: KubeClient; identity: string; notAfter: Date; proxyURL: string };
 export type ConnectionState = { ok: true; connection: HubConnection } | { ok: false; reason: string; certificateExpired: boolean };
 
 export type HubConnections = {
-  // Throws when the management cluster cannot be read; the caller classifies the error.
-  current(now: Date): Promise<ConnectionState>;
+  // Throws when the management cluster cannot be read; the caller classifies the error. proxyURL
+  // overrides the hub kubeconfig's proxy-url ("" for none); undefined keeps the kubeconfig's.
+  current(now: Date, proxyURL?: string): Promise<ConnectionState>;
   close(): void;
 };
 
 export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubConnections {
-  let cached: { version: string; state: ConnectionState } | undefined;
+  let cached: { version: string; proxyURL?: string; state: ConnectionState } | undefined;
   const closeCached = () => {
     if (cached?.state.ok) cached.state.connection.hub.close();
   };
   return {
-    async current(now) {
+    async current(now, proxyURL) {
       const hub = await spoke.get<Secret>(SecretResource, secrets.hubSecret, secrets.agentNamespace);
       // A changed bootstrap kubeconfig makes the registration re-bootstrap, which rewrites this secret:
       // its resourceVersion alone tells when to look again.
       const version = hub?.metadata.resourceVersion ?? "";
-      if (!cached || cached.version !== version) {
+      if (!cached || cached.version !== version || cached.proxyURL !== proxyURL) {
         const bootstrap = await spoke.get<Secret>(SecretResource, secrets.bootstrapSecret, secrets.agentNamespace);
         closeCached();
-        cached = { version, state: judgeSecrets(bootstrap, hub, secrets.clusterName, now) };
+        cached = { version, proxyURL, state: judgeSecrets({ bootstrapSecret: bootstrap, hubSecret: hub, clusterName: secrets.clusterName, now, proxyURL }) };
       }
       return expiredBy(cached.state, now);
     },
@@ -42,18 +45,36 @@ export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubCon
   };
 }
 
-function judgeSecrets(bootstrapSecret: Secret | undefined, hubSecret: Secret | undefined, clusterName: string, now: Date): ConnectionState {
+function judgeSecrets(o: { bootstrapSecret?: Secret; hubSecret?: Secret; clusterName: string; now: Date; proxyURL?: string }): ConnectionState {
+  const { bootstrapSecret, hubSecret, clusterName, now } = o;
   const fail = (reason: string, expired = false): ConnectionState => ({ ok: false, reason, certificateExpired: expired });
   const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
   if (!bootstrapText) return fail("no bootstrap kubeconfig");
   try {
     const judged = judgeHubSecret({ hubSecret, bootstrap: hubEndpoint(bootstrapText), clusterName, now });
     if (!judged.valid) return fail(judged.reason, judged.expired === true);
-    const hub = clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!);
-    return { ok: true, connection: { hub, identity: judged.cert.commonName, notAfter: judged.cert.notAfter } };
+    // The secret stays as the registration wrote it (and judgeHubSecret compares its proxy-url with the
+    // bootstrap one): the settings' proxy goes only into the client built from it.
+    const hub = clientWithSecretFiles(withProxyURL(secretText(hubSecret, HubSecretKey.Kubeconfig)!, o.proxyURL), hubSecret!);
+    const proxyURL = hub.kubeConfig.getCurrentCluster()?.proxyUrl ?? "";
+    return { ok: true, connection: { hub, identity: judged.cert.commonName, notAfter: judged.cert.notAfter, proxyURL } };
   } catch (err) {
     return fail(`unusable agent secrets: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+type ClusterEntries = { clusters?: { name: string; cluster: Record<string, unknown> }[] };
+
+// The kubeconfig with proxy-url set on its cluster (the hub kubeconfig names only the hub), or removed
+// for "". undefined leaves it as it is.
+export function withProxyURL(kubeconfigText: string, proxyURL: string | undefined): string {
+  if (proxyURL === undefined) return kubeconfigText;
+  const doc = parse(kubeconfigText) as ClusterEntries;
+  for (const entry of doc.clusters ?? []) {
+    if (proxyURL) entry.cluster["proxy-url"] = proxyURL;
+    else delete entry.cluster["proxy-url"];
+  }
+  return stringify(doc);
 }
 
 // A certificate expires without its secret changing.

@@ -1,17 +1,23 @@
 // The heartbeat sidecar (OCM §5.2): the one long-lived loop in the project. Each period it reads the
-// agent's hub credentials and its ManagedCluster, and renews managed-cluster-lease while the cluster is
-// accepted; it backs off while the hub is unreachable and serves the health endpoint.
+// agent's settings (docs/agent-config.md), its hub credentials and its ManagedCluster, and renews
+// managed-cluster-lease while the cluster is accepted, through the proxy the settings name; it backs off
+// while the hub is unreachable, records when renewals start or stop succeeding under a config, and
+// serves the health endpoint.
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { isTrue } from "../../shared/conditions.ts";
+import { InstallTimeHash } from "../../shared/agent-config.ts";
+import type { AgentSettings } from "../../shared/api/agent-config.ts";
 import type { Log } from "../../shared/harness.ts";
 import type { AgentSecrets } from "../../shared/hub-credentials.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
 import { RebootstrapRequiredMessage, serveHealth, type Health, type HealthEndpoint } from "./health.ts";
+import { healthRecorder } from "./health-record.ts";
 import { hubConnections, type ConnectionState } from "./hub-connection.ts";
 import { renewLease, type Lease } from "./lease.ts";
 import { jitteredPeriodMs, leaseDurationMs, NotReadyRecheckMs, realWait, retryDelayMs, type Wait } from "./schedule.ts";
+import { InstallTimeSettings, levelledLog, settingsReader, sidecarSettings, type SidecarSettings } from "./settings.ts";
 
 export type HeartbeatOptions = {
   spoke: KubeClient; // the management cluster, where the agent's secrets live; the caller owns it
@@ -21,6 +27,7 @@ export type HeartbeatOptions = {
   wait?: Wait;
   random?: () => number;
   health?: { port: number; host?: string }; // no endpoint when absent
+  installTime?: AgentSettings; // what an absent setting means; default: the kubeconfig's proxy, log level info
   onBeat?: (status: HeartbeatStatus) => void;
 };
 
@@ -40,6 +47,8 @@ export type HeartbeatStatus = {
   leaseDurationMs: number; // from the cluster as last read; OCM's default until then
   nextWaitMs?: number;
   identity?: string; // the hub client certificate's common name, while there is a usable one
+  settings: SidecarSettings; // the agent settings of the last beat (the install-time ones until read)
+  proxyURL?: string; // the proxy the last renewal went through ("" for none), while there is a connection
 };
 
 export type Heartbeat = {
@@ -57,9 +66,13 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
   const random = o.random ?? Math.random;
   const cluster = o.secrets.clusterName;
   const connections = hubConnections(o.spoke, o.secrets);
+  const installTime = o.installTime ?? InstallTimeSettings;
+  const s: HeartbeatStatus = { running: true, beats: 0, renewals: 0, failuresInARow: 0, leaseDurationMs: leaseDurationMs(undefined), settings: sidecarSettings(InstallTimeHash, installTime) };
+  const log = levelledLog(o.log, () => s.settings.logLevel);
+  const settings = settingsReader({ spoke: o.spoke, namespace: o.secrets.agentNamespace, installTime, log });
+  const healthRecord = healthRecorder({ spoke: o.spoke, namespace: o.secrets.agentNamespace, log });
   const endpoint: HealthEndpoint | undefined = o.health ? await serveHealth(o.health, health) : undefined;
 
-  const s: HeartbeatStatus = { running: true, beats: 0, renewals: 0, failuresInARow: 0, leaseDurationMs: leaseDurationMs(undefined) };
   let connection: ConnectionState | undefined;
   let lease: Lease | undefined; // as last written: the next renewal writes on top of it
   let stopped = false;
@@ -74,33 +87,38 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
     return expired ? { ok: false, message: RebootstrapRequiredMessage } : { ok: true };
   }
 
-  async function beat(): Promise<Beat> {
+  // `renewal`: whether talking to the hub worked, for the health record; absent when nothing was tried
+  // there (no credentials yet, not accepted, no lease) or the management cluster failed: neither says
+  // anything about the config.
+  async function beat(): Promise<{ beat: Beat; renewal?: { ok: boolean; error?: string } }> {
     let where = "management cluster";
     try {
+      s.settings = await settings.read();
       const previous = connection?.ok ? connection.connection : undefined;
-      connection = await connections.current(clock.now());
+      connection = await connections.current(clock.now(), s.settings.proxyURL);
       where = "hub";
-      if (!connection.ok) return { kind: "skipped", reason: `no usable hub credentials: ${connection.reason}` };
-      const { hub, identity, notAfter } = connection.connection;
+      if (!connection.ok) return { beat: { kind: "skipped", reason: `no usable hub credentials: ${connection.reason}` } };
+      const { hub, identity, notAfter, proxyURL } = connection.connection;
       if (connection.connection !== previous) {
-        o.log.info({ cluster, identity, notAfter }, "hub credentials loaded");
+        log.info({ cluster, identity, notAfter, proxyURL, hash: s.settings.hash }, "hub credentials loaded");
         lease = undefined;
       }
       const mc = await hub.get<ManagedCluster>(ManagedClusterResource, cluster);
       // A cluster deleted while the sidecar runs may come back: keep looking every period.
-      if (!mc) return { kind: "skipped", reason: `managed cluster ${cluster} not found` };
+      if (!mc) return { beat: { kind: "skipped", reason: `managed cluster ${cluster} not found` } };
       s.leaseDurationMs = leaseDurationMs(mc);
-      if (!isTrue(mc.status?.conditions, ManagedClusterConditionType.HubAccepted)) return { kind: "skipped", reason: "not accepted by the hub" };
+      if (!isTrue(mc.status?.conditions, ManagedClusterConditionType.HubAccepted)) return { beat: { kind: "skipped", reason: "not accepted by the hub" } };
       const renewal = await renewLease({ hub, cluster, now: clock.now(), known: lease });
-      if (!renewal.renewed) return { kind: "skipped", reason: renewal.reason };
+      if (!renewal.renewed) return { beat: { kind: "skipped", reason: renewal.reason } };
       lease = renewal.lease;
-      return { kind: "renewed", renewTime: renewal.renewTime };
+      return { beat: { kind: "renewed", renewTime: renewal.renewTime }, renewal: { ok: true } };
     } catch (err) {
       lease = undefined; // whatever happened, the next renewal starts from a fresh read
       const reason = `${where}: ${err instanceof Error ? err.message : String(err)}`;
       const kind = classifyError(err);
-      if (kind === "unknown") o.log.error({ cluster, error: reason }, "unexpected error in a heartbeat");
-      return kind === "transient" ? { kind: "unreachable", reason } : { kind: "skipped", reason };
+      if (kind === "unknown") log.error({ cluster, error: reason }, "unexpected error in a heartbeat");
+      const beat: Beat = kind === "transient" ? { kind: "unreachable", reason } : { kind: "skipped", reason };
+      return where === "hub" ? { beat, renewal: { ok: false, error: reason } } : { beat };
     }
   }
 
@@ -118,11 +136,11 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
     const period = jitteredPeriodMs(s.leaseDurationMs, random);
     s.nextWaitMs = b.kind === "unreachable" ? retryDelayMs(s.failuresInARow, s.leaseDurationMs) : b.kind === "skipped" ? Math.min(period, NotReadyRecheckMs) : period;
     // Log what changed, not every period.
-    if (b.kind === "unreachable") o.log.warn({ cluster, reason: b.reason, retryInMs: s.nextWaitMs }, "unreachable: backing off");
+    if (b.kind === "unreachable") log.warn({ cluster, reason: b.reason, retryInMs: s.nextWaitMs }, "unreachable: backing off");
     else if (b.kind !== before?.kind || ("reason" in b && "reason" in before && b.reason !== before.reason)) {
-      if (b.kind === "renewed") o.log.info({ cluster, leaseDurationMs: s.leaseDurationMs }, "renewing the cluster lease");
-      else o.log.info({ cluster, reason: b.reason }, "skipped: not renewing this period");
-    }
+      if (b.kind === "renewed") log.info({ cluster, leaseDurationMs: s.leaseDurationMs }, "renewing the cluster lease");
+      else log.info({ cluster, reason: b.reason }, "skipped: not renewing this period");
+    } else if (b.kind === "renewed") log.debug({ cluster, renewTime: b.renewTime, nextWaitMs: s.nextWaitMs }, "renewed");
     return s.nextWaitMs;
   }
 
@@ -131,7 +149,11 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
       const waiting = wakers;
       wakers = [];
       again = false;
-      const waitMs = record(await beat());
+      const { beat: b, renewal } = await beat();
+      const waitMs = record(b);
+      s.proxyURL = connection?.ok ? connection.connection.proxyURL : undefined;
+      // Before anyone waiting on this beat hears of it, so what they read next includes the record.
+      if (renewal) await healthRecord.observe({ hash: s.settings.hash, ...renewal }, clock.now());
       o.onBeat?.(status());
       for (const w of waiting) w(status());
       if (stopped || again) continue;

@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { parse } from "yaml";
 import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
+import { CheckpointConfigMapName } from "../../shared/agent-config.ts";
 
 const name = z.string().min(1);
 const positiveMs = z.number().int().positive();
@@ -89,6 +90,16 @@ export const ResyncSchema = z.object({
   source: name.default("/apis/v1/namespaces/default/pingsources/ocm-relay-resync"),
 });
 
+// The spoke agent's settings checkpoint (docs/agent-config.md), watched on one of the configured
+// clusters: the resync interval follows its active relayResyncSeconds, and resync.intervalMs stands for
+// an absent one. Only a spoke's relay names it.
+export const AgentSettingsRefSchema = z.object({
+  cluster: name.describe("the configured cluster the checkpoint ConfigMap lives on"),
+  namespace: name,
+  name: name.default(CheckpointConfigMapName),
+});
+export type AgentSettingsRef = z.infer<typeof AgentSettingsRefSchema>;
+
 export const RelayConfigSchema = z
   .object({
     clusters: z.record(name, CredentialsSchema),
@@ -100,8 +111,12 @@ export const RelayConfigSchema = z
     delivery: DeliverySchema.prefault({}),
     watch: WatchSchema.prefault({}),
     record: name.optional().describe("append one JSON line per delivered event to this file"),
+    agentSettings: AgentSettingsRefSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {
+      ctx.addIssue({ code: "custom", path: ["agentSettings", "cluster"], message: `no credentials configured for cluster ${cfg.agentSettings.cluster}` });
+    }
     const names = new Set<string>();
     cfg.sources.forEach((s, i) => {
       if (!cfg.clusters[s.cluster]) ctx.addIssue({ code: "custom", path: ["sources", i, "cluster"], message: `no credentials configured for cluster ${s.cluster}` });
@@ -141,6 +156,11 @@ export function hubCredentialsFromAgentSecrets(spokeCluster: string, agentNamesp
     secret: { cluster: spokeCluster, namespace: agentNamespace, name: HubKubeconfigSecretName, key: HubSecretKey.Kubeconfig },
     fallback: { cluster: spokeCluster, namespace: agentNamespace, name: BootstrapSecretName, key: HubSecretKey.Kubeconfig },
   };
+}
+
+// The spoke agent's checkpoint, in the agent namespace of the spoke it runs on.
+export function agentSettingsCheckpoint(spokeCluster: string, agentNamespace: string): AgentSettingsRef {
+  return { cluster: spokeCluster, namespace: agentNamespace, name: CheckpointConfigMapName };
 }
 
 // The production configuration: the relay's own file (YAML or JSON), then what a ContainerSource or

@@ -1,6 +1,7 @@
 // The relay's wiring: credentials per cluster, one source per watched (cluster, resource, selector),
 // changes turned into CloudEvents and routed to every sink whose filter passes them, resync ticks per
-// cluster, recording, and a stop() that ends watches, retries and timers.
+// cluster (at the interval the agent settings give, when configured so), recording, and a stop() that
+// ends watches, retries and timers.
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { jsonLog, type Log } from "../../shared/harness.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
@@ -10,13 +11,15 @@ import { objectEvent, tickEvent, type Verb } from "./cloudevents.ts";
 import { openRecorder } from "./recorder.ts";
 import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
+import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
 
-export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log };
+export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log; every?: Every };
 
 export type RelayStatus = {
   clusters: Record<string, CredentialStatus>;
   sources: SourceStatus[];
   sinks: SinkStatus[];
+  resync: ResyncStatus;
 };
 
 export type Relay = {
@@ -27,7 +30,7 @@ export type Relay = {
 };
 
 export function startRelay(options: RelayOptions): Relay {
-  const { clock = systemClock, log = jsonLog("relay"), ...input } = options;
+  const { clock = systemClock, log = jsonLog("relay"), every = realEvery, ...input } = options;
   const config = RelayConfigSchema.parse(input);
   const overrides = config.ceOverrides.extensions;
   const recorder = config.record ? openRecorder(config.record, (err) => log.error({ file: config.record, error: err.message }, "recording stopped: cannot write")) : undefined;
@@ -77,26 +80,39 @@ export function startRelay(options: RelayOptions): Relay {
       route({ key: `tick|${cluster}`, event: build(), refresh: build });
     }
   }
-  const ticker = config.resync.intervalMs > 0 ? setInterval(tick, config.resync.intervalMs) : undefined;
+  const settingsRef = config.agentSettings;
+  const resync = startResync({
+    intervalMs: config.resync.intervalMs,
+    tick,
+    every,
+    log,
+    settings: settingsRef && { ref: settingsRef, credentials: providers.get(settingsRef.cluster)!, watch: config.watch },
+  });
 
   log.info(
-    { sources: sources.map((s) => s.name), sinks: config.sinks.map((s) => ({ name: s.name, url: s.url, filter: s.filter ?? {} })), resyncMs: config.resync.intervalMs, record: config.record },
+    {
+      sources: sources.map((s) => s.name),
+      sinks: config.sinks.map((s) => ({ name: s.name, url: s.url, filter: s.filter ?? {} })),
+      resyncMs: config.resync.intervalMs,
+      agentSettings: settingsRef,
+      record: config.record,
+    },
     sinks.length ? "relay started" : "relay started without sinks: events go nowhere",
   );
 
   let stopped: Promise<void> | undefined;
   return {
-    ready: Promise.all(sources.map((s) => s.ready)).then(() => {}),
+    ready: Promise.all([...sources.map((s) => s.ready), resync.ready]).then(() => {}),
     status: () => ({
       clusters: Object.fromEntries([...providers].map(([name, p]) => [name, p.status()])),
       sources: sources.map((s) => s.status()),
       sinks: sinks.map((s) => s.status()),
+      resync: resync.status(),
     }),
     stop() {
       stopped ??= (async () => {
-        clearInterval(ticker);
-        // Sources first, so nothing new is routed to sinks that are stopping.
-        await Promise.all(sources.map((s) => s.stop()));
+        // Ticks and sources first, so nothing new is routed to sinks that are stopping.
+        await Promise.all([resync.stop(), ...sources.map((s) => s.stop())]);
         await Promise.all(sinks.map((s) => s.stop()));
         await Promise.all([...providers.values()].map((p) => p.stop()));
         await recorder?.close().catch((err: Error) => log.error({ file: config.record, error: err.message }, "recording did not close cleanly"));

@@ -11,7 +11,7 @@ import { clientsFromKubeconfigs } from "../../shared/kube/clients.ts";
 import { applyManifests } from "../../shared/apply.ts";
 import { jsonLog, type FunctionSpec, type Io } from "../../shared/harness.ts";
 import { systemClock, type Clock } from "../../shared/clock.ts";
-import { SecretResource, CertificateSigningRequestResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../../shared/api/kube.ts";
+import { SecretResource, CertificateSigningRequestResource, ConfigMapResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../../shared/api/kube.ts";
 import {
   ManagedClusterResource,
   ClusterLabel,
@@ -29,9 +29,10 @@ import {
   AddOnDeploymentConfigV1alpha1Resource,
 } from "../../shared/api/addon.ts";
 import { ManifestWorkResource, AppliedManifestWorkResource } from "../../shared/api/work.ts";
+import { AgentConfigResource } from "../../shared/api/agent-config.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, AddonNameLabel } from "../../shared/api/registration.ts";
 import { startRelay, type Relay, type RelayOptions } from "../../components/relay/relay.ts";
-import { hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
+import { agentSettingsCheckpoint, hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import { readFunctions } from "../../cli/render/func-yaml.ts";
@@ -44,6 +45,7 @@ import * as leaseMonitor from "../../functions/cluster-lease-monitor/reconcile.t
 import * as clusterTaints from "../../functions/cluster-taints/reconcile.ts";
 import * as clusterSets from "../../functions/cluster-sets/reconcile.ts";
 import * as placementScheduler from "../../functions/placement-scheduler/reconcile.ts";
+import * as agentConfigRollout from "../../functions/agent-config-rollout/reconcile.ts";
 import * as addonInstaller from "../../functions/addon-installer/reconcile.ts";
 import * as addonManager from "../../functions/addon-manager/reconcile.ts";
 import * as addonCsrApprover from "../../functions/addon-csr-approver/reconcile.ts";
@@ -53,6 +55,7 @@ import * as spokeClusterStatus from "../../functions/spoke-cluster-status/reconc
 import * as workApplier from "../../functions/work-applier/reconcile.ts";
 import * as addonRegistration from "../../functions/addon-registration/reconcile.ts";
 import * as addonHealth from "../../functions/addon-health/reconcile.ts";
+import * as agentConfig from "../../functions/agent-config/reconcile.ts";
 
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
 
@@ -142,6 +145,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     serveFunction("hub", clusterTaints.spec, await asHub("cluster-taints"), clusterTaints.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", clusterSets.spec, await asHub("cluster-sets"), clusterSets.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", placementScheduler.spec, await asHub("placement-scheduler"), placementScheduler.ConfigSchema.parse({ hubCluster: "hub" })),
+    serveFunction("hub", agentConfigRollout.spec, await asHub("agent-config-rollout"), agentConfigRollout.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", addonInstaller.spec, await asHub("addon-installer"), addonInstaller.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", addonManager.spec, await asHub("addon-manager"), addonManager.ConfigSchema.parse({ hubCluster: "hub" })),
     serveFunction("hub", addonCsrApprover.spec, await asHub("addon-csr-approver"), addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" })),
@@ -162,6 +166,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       onHub(PlacementDecisionResource),
       onHub(ManagedClusterSetResource),
       onHub(ManagedClusterSetBindingResource),
+      onHub(AgentConfigResource),
       onHub(ManifestWorkResource),
       onHub(RoleBindingResource, { labelSelector: AddonNameLabel }),
     ],
@@ -191,12 +196,14 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       serveFunction(s.name, workApplier.spec, await asSpoke("work-applier"), workApplier.ConfigSchema.parse(common)),
       serveFunction(s.name, addonRegistration.spec, await asSpoke("addon-registration"), addonRegistration.ConfigSchema.parse(common)),
       serveFunction(s.name, addonHealth.spec, await asSpoke("addon-health"), addonHealth.ConfigSchema.parse(common)),
+      serveFunction(s.name, agentConfig.spec, await asSpoke("agent-config"), agentConfig.ConfigSchema.parse(common)),
     ]);
     relayOptions.set(s.name, {
       clusters: { [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault) },
       sources: [
         // Reference mode: a secret's data never travels in an event (nor into a recording).
         { cluster: plane, resource: SecretResource, namespace: AgentNamespaceDefault, mode: "Reference" },
+        { cluster: plane, resource: ConfigMapResource, namespace: AgentNamespaceDefault, mode: "Reference" }, // the agent config's checkpoint and health records
         { cluster: plane, resource: NodeResource, mode: "Reference" },
         { cluster: plane, resource: ClusterClaimResource, mode: "Reference" },
         { cluster: plane, resource: AppliedManifestWorkResource, mode: "Resource" },
@@ -207,10 +214,12 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         { cluster: "hub", resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${s.name}`, mode: "Resource" },
         { cluster: "hub", resource: ManagedClusterResource, fieldSelector: `metadata.name=${s.name}`, mode: "Resource" },
         { cluster: "hub", resource: ManifestWorkResource, namespace: s.name, mode: "Resource" },
+        { cluster: "hub", resource: AgentConfigResource, namespace: s.name, mode: "Resource" },
       ],
       sinks,
       ...relayTiming,
       record: o.record?.(s.name),
+      agentSettings: agentSettingsCheckpoint(plane, AgentNamespaceDefault), // its resync follows relayResyncSeconds
     });
     if (o.heartbeats !== false) {
       const sidecarClient = KubeClient.fromKubeconfig(await identityFor(spoke, "heartbeat"));

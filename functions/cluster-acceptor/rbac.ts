@@ -1,6 +1,6 @@
 // The RBAC objects acceptance writes for a cluster (ocm-protocol §4.2): the per-cluster ClusterRole and
 // its binding, the registration and work RoleBindings in the cluster namespace, and the two shared
-// ClusterRoles every cluster's bindings name.
+// ClusterRoles every cluster's bindings name (the registration one also grants our AgentConfig).
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, ClusterRoleResource, LeaseResource } from "../../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterResource } from "../../shared/api/cluster.ts";
@@ -8,6 +8,7 @@ import { ManifestWorkResource, WorkFinalizer, WorkGroup } from "../../shared/api
 import { clusterGroup } from "../../shared/api/registration.ts";
 import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb, clusterBindingGroup } from "../../shared/api/register.ts";
 import { AddOnGroup } from "../../shared/api/addon.ts";
+import { AgentConfigResource } from "../../shared/api/agent-config.ts";
 
 type PolicyRule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
 type ClusterRole = KubeObject & { metadata: { labels?: Record<string, string> }; rules?: PolicyRule[] };
@@ -63,6 +64,10 @@ export const registrationClusterRole: ClusterRole = {
     { apiGroups: [AddOnGroup], resources: ["managedclusteraddons"], verbs: ["get", "list", "watch"] },
     { apiGroups: [AddOnGroup], resources: ["managedclusteraddons/status"], verbs: ["patch", "update"] },
     { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
+    // ours, not OCM's (docs/agent-config.md): the AgentConfig assigned to the cluster, and its status.
+    // Bound only in the cluster's namespace, so no cluster reads or reports another's.
+    { apiGroups: [AgentConfigResource.group], resources: [AgentConfigResource.plural], verbs: ["get", "list", "watch"] },
+    { apiGroups: [AgentConfigResource.group], resources: [`${AgentConfigResource.plural}/status`], verbs: ["patch"] },
   ],
 };
 

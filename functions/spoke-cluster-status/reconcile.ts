@@ -1,12 +1,20 @@
 // The spoke agent's ManagedCluster status (OCM §5.3): ordered steps on a copy of the status, patched
 // once at the end and only when something changed. Order matters: a cluster the hub has not accepted
 // gets nothing written, and an API server failing its health check has no resources or claims to report.
+// The agent settings (docs/agent-config.md) give the recheck interval and the claim limit, and whether
+// status writes succeed under them is kept in the agent-health record statusSync.
+//
+// The checkpoint is read on every reconcile, as a function remembers nothing: one GET of a small
+// ConfigMap on the spoke. The health record costs one more GET, and a write only when the hash or the
+// outcome changes. Nothing extra reaches the hub.
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { ClusterEventReason } from "../../shared/api/health.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDefault, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition } from "../../shared/conditions.ts";
+import { HealthKey, mergeSettings, readActiveSettings, recordHealth, type AgentSettings, type HealthObservation } from "../../shared/agent-config.ts";
+import { isConflict } from "../../shared/kube/errors.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
@@ -37,7 +45,16 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
 export type Status = NonNullable<ManagedCluster["status"]>;
 // An event for the hub, recorded in namespace <cluster> about the ManagedCluster once the status is settled.
 export type Notice = { type: EventType; reason: string; message: string };
-export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config>; notices: Notice[] };
+export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config>; notices: Notice[]; settings: StatusSettings };
+
+// What this function runs with: the active agent settings over its install-time configuration.
+// statusSyncIntervalMs absent: no recheck of its own, the resync ticks alone bring it back.
+export type StatusSettings = { hash: string; maxCustomClusterClaims: number; statusSyncIntervalMs?: number };
+
+export function statusSettings(c: Config, hash: string, active: AgentSettings): StatusSettings {
+  const s = mergeSettings({ clusterClaimLimit: c.maxCustomClusterClaims }, active);
+  return { hash, maxCustomClusterClaims: s.clusterClaimLimit ?? c.maxCustomClusterClaims, ...(s.statusSyncIntervalSeconds ? { statusSyncIntervalMs: s.statusSyncIntervalSeconds * 1000 } : {}) };
+}
 // A recheck also ends the chain: the step could not decide yet and wants to be called again that soon.
 export type StepResult = "continue" | "stop" | { stopAndRecheckInMs: number };
 export type Step = (draft: Status, ctx: StepContext) => StepResult | Promise<StepResult>;
@@ -66,43 +83,81 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
   const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
+  const active = await readActiveSettings(spoke, c.agentNamespace);
+  const settings = statusSettings(c, active.hash, active.settings);
   return withAgentHub(
     spoke,
     c,
     now,
     async (hub) => {
-      const cluster = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
-      if (!cluster) return done;
-      const before: Status = cluster.status ?? {};
-      const ctx: StepContext = { now, hub, spoke, io, notices: [] };
-      const draft: Status = structuredClone(before);
-      const ran = await runSteps(draft, ctx);
-      const after = JSON.parse(JSON.stringify(draft)) as Status; // a field a step set to undefined is gone
-      const changed = !isDeepStrictEqual(before, after);
-
-      if (findCondition(after.conditions, ManagedClusterConditionType.ClockSynced)?.status === "False") {
-        // OCM returns an error here and retries with backoff. Nothing on the spoke can change the hub's
-        // verdict, and the hub's next judgement updates the ManagedCluster, whose event calls us again,
-        // so a retry would only repeat this line. The event marks a write actually withheld.
-        io.log.warn({ cluster: c.clusterName, withheld: changed }, "status not written: the hub says the clocks are out of sync");
-        if (changed) ctx.notices.push({ type: "Normal", reason: SpokeStatusEventReason.ClockOutOfSync, message: ClockOutOfSyncMessage });
-      } else if (changed) {
-        await patchStatusIfChanged(hub, ManagedClusterResource, { ...cluster, status: before }, after);
-        io.log.info({ cluster: c.clusterName }, "status written");
-        const notice = availabilityNotice(c.clusterName, before, after);
-        if (notice) ctx.notices.push(notice);
+      let synced: Synced;
+      try {
+        synced = await syncStatus({ now, hub, spoke, io, notices: [], settings });
+      } catch (err) {
+        // A conflict is someone else's write: the harness's retry re-reads and says how this one went.
+        if (!isConflict(err)) {
+          await recordStatusSync(io, spoke, { hash: settings.hash, ok: false, error: err instanceof Error ? err.message : String(err) }, now).catch((recordErr: unknown) =>
+            io.log.warn({ error: recordErr instanceof Error ? recordErr.message : String(recordErr) }, "health record not written"),
+          );
+        }
+        throw err;
       }
-      await recordNotices(io, hub, cluster, ctx);
+      // Neither a withheld write (clocks out of sync) nor a cluster that is gone (its creation calls us
+      // again) says anything about whether writes work.
+      if (synced.status === "no-cluster") return done;
+      if (synced.status !== "withheld") await recordStatusSync(io, spoke, { hash: settings.hash, ok: true }, now);
 
       // As OCM aggregates a step's error after patching what the steps before it settled.
-      if ("error" in ran) throw ran.error;
-      return ran.recheckInMs === undefined ? done : { recheckInMs: ran.recheckInMs };
+      if ("error" in synced.ran) throw synced.ran.error;
+      const recheckInMs = Math.min(synced.ran.recheckInMs ?? Infinity, settings.statusSyncIntervalMs ?? Infinity);
+      return recheckInMs === Infinity ? done : { recheckInMs };
     },
     (reason) => {
       io.log.info({ reason: reason }, "skipped: not bootstrapped");
       return done;
     },
   );
+}
+
+type Synced = { status: "written" | "unchanged" | "withheld" | "no-cluster"; ran: { recheckInMs?: number } | { error: unknown } };
+
+// Reads the ManagedCluster, runs the steps and writes the difference. Throws what the hub answered when
+// it could not be read or written; a step's own failure is returned, for after the record.
+async function syncStatus(ctx: StepContext): Promise<Synced> {
+  const { io, hub } = ctx;
+  const c = io.config;
+  const cluster = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
+  if (!cluster) return { status: "no-cluster", ran: {} };
+  const before: Status = cluster.status ?? {};
+  const draft: Status = structuredClone(before);
+  const ran = await runSteps(draft, ctx);
+  const after = JSON.parse(JSON.stringify(draft)) as Status; // a field a step set to undefined is gone
+  const changed = !isDeepStrictEqual(before, after);
+
+  let status: Synced["status"] = "unchanged";
+  if (findCondition(after.conditions, ManagedClusterConditionType.ClockSynced)?.status === "False") {
+    // OCM returns an error here and retries with backoff. Nothing on the spoke can change the hub's
+    // verdict, and the hub's next judgement updates the ManagedCluster, whose event calls us again,
+    // so a retry would only repeat this line. The event marks a write actually withheld.
+    io.log.warn({ cluster: c.clusterName, withheld: changed }, "status not written: the hub says the clocks are out of sync");
+    if (changed) ctx.notices.push({ type: "Normal", reason: SpokeStatusEventReason.ClockOutOfSync, message: ClockOutOfSyncMessage });
+    status = "withheld";
+  } else if (changed) {
+    await patchStatusIfChanged(hub, ManagedClusterResource, { ...cluster, status: before }, after);
+    io.log.info({ cluster: c.clusterName }, "status written");
+    const notice = availabilityNotice(c.clusterName, before, after);
+    if (notice) ctx.notices.push(notice);
+    status = "written";
+  }
+  await recordNotices(io, hub, cluster, ctx);
+  return { status, ran };
+}
+
+// Key statusSync of agent-health: rewritten only when the hash or the outcome changes.
+async function recordStatusSync(io: Io<Config>, spoke: KubeClient, observed: HealthObservation, now: Date): Promise<void> {
+  if (await recordHealth(spoke, io.config.agentNamespace, HealthKey.StatusSync, observed, now)) {
+    io.log.info({ hash: observed.hash, ok: observed.ok, error: observed.error }, `health record written: status writes under this config now ${observed.ok ? "succeed" : "fail"}`);
+  }
 }
 
 async function runSteps(draft: Status, ctx: StepContext): Promise<{ recheckInMs?: number } | { error: unknown }> {

@@ -1,6 +1,7 @@
-// The CustomResourceDefinitions this project serves, one per OCM kind, generated from the zod schemas, and
-// the YAML files scripts/gen-crds.ts writes for them.
+// The CustomResourceDefinitions this project serves, one per OCM kind and one per kind of our own
+// (AgentConfig), generated from the zod schemas, and the YAML files scripts/gen-crds.ts writes for them.
 import { stringify } from "yaml";
+import { AgentConfigConditionType, AgentConfigGroup, AgentConfigResource, AgentConfigSchema } from "./agent-config.ts";
 import {
   AddOnDeploymentConfigSchema,
   AddOnDeploymentConfigV1alpha1Resource,
@@ -55,7 +56,8 @@ const addOnHealthColumns = [
 ];
 const displayNameColumn: PrinterColumn = { name: "DISPLAY NAME", type: "string", jsonPath: ".spec.addOnMeta.displayName" };
 
-// Names, versions and printer columns follow OCM's published CRDs (checked by test/api/crd-conformance.test.ts).
+// Names, versions and printer columns follow OCM's published CRDs (checked by test/api/crd-conformance.test.ts);
+// the kinds of our own group come last.
 export const kinds: readonly KindDescription[] = [
   {
     group: ClusterGroup,
@@ -249,6 +251,29 @@ export const kinds: readonly KindDescription[] = [
     scope: "Cluster",
     versions: [
       { name: "v1", served: true, storage: true, schema: AppliedManifestWorkSchema, subresources: status },
+    ],
+  },
+  {
+    group: AgentConfigGroup,
+    kind: AgentConfigResource.kind,
+    plural: AgentConfigResource.plural,
+    singular: "agentconfig",
+    scope: "Namespaced",
+    versions: [
+      {
+        name: "v1alpha1",
+        served: true,
+        storage: true,
+        schema: AgentConfigSchema,
+        subresources: status,
+        printerColumns: [
+          { name: "Assigned", type: "string", jsonPath: ".status.assigned.hash" },
+          { name: "Active", type: "string", jsonPath: ".status.active.hash" },
+          conditionColumn("OK", AgentConfigConditionType.AgentConfigOK),
+          conditionColumn("Reason", AgentConfigConditionType.AgentConfigOK, "reason"),
+          age,
+        ],
+      },
     ],
   },
 ];

@@ -4,8 +4,9 @@ import * as kube from "./kube.ts";
 import * as cluster from "./cluster.ts";
 import * as addon from "./addon.ts";
 import * as work from "./work.ts";
+import * as agentConfig from "./agent-config.ts";
 
-const all: ApiResource[] = [kube, cluster, addon, work].flatMap((m) =>
+const all: ApiResource[] = [kube, cluster, addon, work, agentConfig].flatMap((m) =>
   Object.entries(m)
     .filter(([name]) => name.endsWith("Resource"))
     .map(([, r]) => r as ApiResource),

@@ -16,6 +16,7 @@ import * as cluster from "../../shared/api/cluster.ts";
 import { crds } from "../../shared/api/crds.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import * as work from "../../shared/api/work.ts";
+import * as agentConfig from "../../shared/api/agent-config.ts";
 import { ManifestWorkSchema } from "../../shared/api/work.ts";
 
 const managedCluster = {
@@ -147,7 +148,7 @@ describe("constants", () => {
 });
 
 describe("API coordinates", () => {
-  const resources = Object.entries({ ...cluster, ...addon, ...work })
+  const resources = Object.entries({ ...cluster, ...addon, ...work, ...agentConfig })
     .filter(([name]) => name.endsWith("Resource"))
     .map(([name, value]) => ({ name, resource: value as ApiResource }));
 

@@ -18,6 +18,7 @@ import {
 } from "../../shared/api/kube.ts";
 import { ClusterAnnotation, ClusterFinalizer, ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { ManifestWorkResource, WorkFinalizer } from "../../shared/api/work.ts";
+import { AgentConfigName, AgentConfigResource } from "../../shared/api/agent-config.ts";
 import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
 import { CsrUsages, ManagedClustersGroup, agentUser, clusterGroup } from "../../shared/api/registration.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
@@ -281,8 +282,35 @@ describe("what the cluster's agent may do on the hub", () => {
       expect(findCondition(mc?.status?.conditions, ManagedClusterConditionType.HubAccepted)?.reason).toBe("HubClusterAdminDenied");
       await forbidden(agent.patch(ManagedClusterResource, c, { status: { version: { kubernetes: "v0" } } }, { subresource: "status" }));
       await forbidden(agent.list(LeaseResource, { namespace: c }));
+      await forbidden(agent.get(AgentConfigResource, AgentConfigName, c));
       expect(await mayRenew(c)).toBe(false);
     });
+  });
+
+  // The registration role grants AgentConfigs through a RoleBinding in the cluster's own namespace
+  // (docs/agent-config.md); a ClusterRoleBinding of it would hand every cluster every other's config.
+  it("after acceptance: reads its own AgentConfig and patches its status, but gets 403 reading, listing or patching another cluster's", async () => {
+    const [a, b] = [`c${suffix()}`, `c${suffix()}`];
+    for (const c of [a, b]) {
+      await deliver(clusterEvent(await createCluster(c, true)));
+      await admin.create(AgentConfigResource, { metadata: { name: AgentConfigName, namespace: c }, spec: { settings: { logLevel: "debug" } } });
+    }
+    const agentA = await agentOf(a);
+    const report = { status: { lastError: "reported by the agent" } };
+    // control: its own, once the grant has reached the authorizer
+    await eventually(async () => {
+      expect((await agentA.get(AgentConfigResource, AgentConfigName, a))?.metadata.name).toBe(AgentConfigName);
+      expect((await agentA.list(AgentConfigResource, { namespace: a })).items).toHaveLength(1);
+      await agentA.patch(AgentConfigResource, AgentConfigName, report, { namespace: a, subresource: "status" });
+    });
+    const bBefore = (await admin.get(AgentConfigResource, AgentConfigName, b))!.metadata.resourceVersion;
+    await forbidden(agentA.get(AgentConfigResource, AgentConfigName, b));
+    await forbidden(agentA.list(AgentConfigResource, { namespace: b }));
+    await forbidden(agentA.list(AgentConfigResource));
+    await forbidden(agentA.patch(AgentConfigResource, AgentConfigName, report, { namespace: b, subresource: "status" }));
+    // the hub assigns, the agent only reports: not even its own spec
+    await forbidden(agentA.patch(AgentConfigResource, AgentConfigName, { spec: { settings: { logLevel: "error" } } }, { namespace: a }));
+    expect((await admin.get(AgentConfigResource, AgentConfigName, b))!.metadata.resourceVersion).toBe(bBefore);
   });
 });
 

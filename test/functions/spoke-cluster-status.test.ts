@@ -1,14 +1,20 @@
 // spoke-cluster-status: Available from the spoke API server's own health endpoints (False only once
 // failures have lasted 20 s), version, capacity and allocatable from nodes, the exposed ClusterClaims,
-// and no write while the hub says the clocks are out of sync. One fleet: a hub and a spoke joined by
-// the real registration functions; then the spoke's relay stops and the tests call the function
-// themselves, under its own identity, with a clock they move.
+// and no write while the hub says the clocks are out of sync; the recheck interval and claim limit of
+// the active agent settings, and the statusSync health record. One fleet: a hub and a spoke joined by
+// the real registration functions; then the spoke's relay and heartbeat stop and the tests call the
+// function themselves, under its own identity, with a clock they move.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { createServer as createTcpServer } from "node:net";
+import { parse, stringify } from "yaml";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { ClusterRoleBindingResource, ConfigMapResource, EventResource, NodeResource } from "../../shared/api/kube.ts";
+import { ClusterRoleBindingResource, ConfigMapResource, EventResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
 import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
-import { AgentNamespaceDefault } from "../../shared/api/registration.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
+import type { AgentSettings } from "../../shared/api/agent-config.ts";
+import { AgentHealthConfigMapName, checkpointData, CheckpointConfigMapName, HealthKey, installTimeConfig, parseHealthRecords, settingsHash } from "../../shared/agent-config.ts";
+import { createOrUpdate } from "../../shared/apply.ts";
 import { ClusterEventReason, ManagedClusterMessage } from "../../shared/api/health.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
@@ -47,6 +53,7 @@ beforeAll(async () => {
   // lets a delivery already sent finish, so none is still running).
   await fleet.stopRelay(CLUSTER);
   await fleet.stopRelay("hub"); // the hub's lease monitor would set back the ClockSynced the tests write
+  await fleet.stopHeartbeat(CLUSTER); // its own health record would move agent-health's resourceVersion
   spokeAdmin = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
   fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name);
 }, FLEET_START_MS);
@@ -345,6 +352,126 @@ describe("through the function runtime", { timeout: FLEET_TEST_MS }, () => {
     } finally {
       await server.close();
       await deleteNodes([node!]);
+    }
+  });
+});
+
+type ConfigMap = KubeObject & { data?: Record<string, string> };
+
+// The checkpoint as the spoke's agent-config function writes it: these settings active. Returns their hash.
+async function activate(settings: AgentSettings): Promise<string> {
+  const hash = settingsHash(settings);
+  const data = checkpointData({ active: { hash, settings }, lastKnownGood: installTimeConfig() });
+  await createOrUpdate<ConfigMap>(spokeAdmin, ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace: AgentNamespaceDefault }, data }, ["data"]);
+  return hash;
+}
+
+async function withoutAgentConfig(): Promise<void> {
+  for (const name of [CheckpointConfigMapName, AgentHealthConfigMapName]) await spokeAdmin.delete(ConfigMapResource, name, AgentNamespaceDefault);
+}
+
+const statusSyncRecord = async () => {
+  const cm = await spokeAdmin.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, AgentNamespaceDefault);
+  return { record: parseHealthRecords(cm?.data)[HealthKey.StatusSync], resourceVersion: cm?.metadata.resourceVersion };
+};
+
+// Copies of the agent's secrets whose hub is an address nothing listens on: the function reads and
+// judges them as it does the real ones, then cannot reach the hub.
+async function unreachableHubConfig(): Promise<Partial<Config>> {
+  const port = await new Promise<number>((resolve) => {
+    const server = createTcpServer().listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+  const id = suffix();
+  const names = { bootstrapSecret: `bootstrap-${id}`, hubSecret: `hub-kubeconfig-${id}` };
+  const copies = [
+    [BootstrapSecretName, names.bootstrapSecret],
+    [HubKubeconfigSecretName, names.hubSecret],
+  ] as const;
+  for (const [from, to] of copies) {
+    const secret = (await spokeAdmin.get<KubeObject & { data?: Record<string, string> }>(SecretResource, from, AgentNamespaceDefault))!;
+    const kubeconfig = parse(Buffer.from(secret.data![HubSecretKey.Kubeconfig]!, "base64").toString()) as { clusters: { cluster: { server: string } }[] };
+    for (const c of kubeconfig.clusters) c.cluster.server = `https://127.0.0.1:${port}`;
+    const data = { ...secret.data, [HubSecretKey.Kubeconfig]: Buffer.from(stringify(kubeconfig)).toString("base64") };
+    await spokeAdmin.create(SecretResource, { metadata: { name: to, namespace: AgentNamespaceDefault }, data });
+  }
+  return names;
+}
+
+describe("agent settings", { timeout: FLEET_TEST_MS }, () => {
+  it("takes its recheck interval and claim limit from the active settings, changed without a restart", async () => {
+    await withoutAgentConfig();
+    const names = ["c-1", "c-2", "c-3"];
+    for (const name of names) await spokeAdmin.create(ClusterClaimResource, { metadata: { name }, spec: { value: name } });
+    const io = ioWith();
+    const exposed = async () => (await statusOf()).clusterClaims?.map((c) => c.name);
+    try {
+      // install-time: no recheck of its own (the resync ticks bring it back), OCM's limit of 20
+      expect(await run(io)).toEqual(done);
+      expect(await exposed()).toEqual(names);
+
+      await activate({ statusSyncIntervalSeconds: 7, clusterClaimLimit: 1 });
+      expect(await run(io)).toEqual({ recheckInMs: 7_000 });
+      expect(await exposed()).toEqual(["c-1"]);
+
+      await activate({ statusSyncIntervalSeconds: 30, clusterClaimLimit: 2 });
+      expect(await handleEvent(spec, io, tickEvent())).toEqual({ statusCode: 204, headers: { "x-recheck-after-ms": "30000" } });
+      expect(await exposed()).toEqual(["c-1", "c-2"]);
+
+      await withoutAgentConfig();
+      expect(await run(io)).toEqual(done);
+      expect(await exposed()).toEqual(names);
+    } finally {
+      await withoutAgentConfig();
+      await Promise.all(names.map((n) => spokeAdmin.delete(ClusterClaimResource, n)));
+    }
+  });
+
+  it("records whether its status writes succeed under each config, rewriting the record only when the hash or the outcome changes", async () => {
+    await withoutAgentConfig();
+    const clock = manualClock();
+    const io = ioWith({ clock });
+    const cut = ioWith({ clock, config: await unreachableHubConfig() });
+    const runs = async (target: Io<Config>, n: number) => {
+      for (let i = 0; i < n; i++) {
+        clock.advance(1_000);
+        await run(target);
+      }
+    };
+    try {
+      const first = await activate({ statusSyncIntervalSeconds: 11 });
+      await runs(io, 1);
+      const ok = await statusSyncRecord();
+      expect(ok.record).toEqual({ hash: first, ok: true, since: clock.now().toISOString() });
+      await runs(io, 3);
+      expect(await statusSyncRecord()).toEqual(ok); // same resourceVersion: nothing written
+
+      clock.advance(1_000);
+      await expect(run(cut)).rejects.toThrow(/ECONNREFUSED/);
+      const failing = await statusSyncRecord();
+      expect(failing.record).toEqual({ hash: first, ok: false, since: clock.now().toISOString(), error: expect.stringContaining("ECONNREFUSED") });
+      expect(failing.resourceVersion).not.toBe(ok.resourceVersion);
+      for (let i = 0; i < 2; i++) {
+        clock.advance(1_000);
+        await expect(run(cut)).rejects.toThrow(/ECONNREFUSED/);
+      }
+      expect(await statusSyncRecord()).toEqual(failing); // failing on: since stays the first failure
+
+      await runs(io, 1);
+      const recovered = await statusSyncRecord();
+      expect(recovered.record).toEqual({ hash: first, ok: true, since: clock.now().toISOString() });
+
+      const second = await activate({ statusSyncIntervalSeconds: 12 });
+      await runs(io, 1);
+      const next = await statusSyncRecord();
+      expect(next.record).toEqual({ hash: second, ok: true, since: clock.now().toISOString() });
+      expect(next.resourceVersion).not.toBe(recovered.resourceVersion);
+      await runs(io, 2);
+      expect(await statusSyncRecord()).toEqual(next);
+    } finally {
+      await withoutAgentConfig();
     }
   });
 });

@@ -1,0 +1,112 @@
+// Rolls a fleet-level AgentConfig out to the clusters its Placement decides: writes each cluster's own
+// `agent` AgentConfig in the order and at the pace of its rollout strategy (plan.ts), and stops writing
+// once more clusters than maxRolledBack refused or rolled the config back. The clusters it has not
+// reached keep their last-known-good. Its status names the phase, the clusters updated and those that
+// rolled back.
+import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { settingsHash } from "../../shared/agent-config.ts";
+import { AgentConfigGroup, AgentConfigName, AgentConfigResource, type AgentConfig } from "../../shared/api/agent-config.ts";
+import { ClusterGroup, ClusterLabel, PlacementDecisionResource, PlacementResource, type Placement, type PlacementDecision } from "../../shared/api/cluster.ts";
+import { clusterState, plan, type ClusterState, type Target } from "./plan.ts";
+
+// On each cluster's AgentConfig the rollout writes: which fleet-level config it came from.
+export const RolloutLabel = `${AgentConfigGroup}/rollout`;
+export const RolloutNamespaceAnnotation = `${AgentConfigGroup}/rollout-namespace`;
+
+export const ConfigSchema = HubClusterSchema;
+export type Config = HubCluster;
+export const configFromEnv = hubClusterFromEnv;
+
+export const spec: FunctionSpec<Config> = {
+  name: "agent-config-rollout",
+  keys: keysOf,
+  reconcile,
+};
+
+const isFleetLevel = (c: AgentConfig) => c.metadata.name !== AgentConfigName && !!c.spec?.placementRef?.name;
+
+export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
+  const hub = io.cluster(key.cluster);
+  const namespace = key.namespace ?? "";
+  const fleet = await hub.get<AgentConfig>(AgentConfigResource, key.name, namespace);
+  if (!fleet || fleet.metadata.deletionTimestamp || !isFleetLevel(fleet)) return done;
+  const placement = fleet.spec!.placementRef!.name;
+  const hash = settingsHash(fleet.spec?.settings ?? {});
+  const [targets, existing] = await Promise.all([
+    decidedClusters(hub, namespace, placement),
+    hub.list<AgentConfig>(AgentConfigResource, { labelSelector: `${RolloutLabel}=${key.name}` }),
+  ]);
+  const perCluster = new Map(existing.items.filter((c) => c.metadata.name === AgentConfigName && c.metadata.annotations?.[RolloutNamespaceAnnotation] === namespace).map((c) => [c.metadata.namespace!, c]));
+  // a cluster's own config made by hand is read too: the rollout takes it over when its turn comes
+  await Promise.all(
+    (targets ?? []).filter((t) => !perCluster.has(t.cluster)).map(async (t) => {
+      const own = await hub.get<AgentConfig>(AgentConfigResource, AgentConfigName, t.cluster);
+      if (own) perCluster.set(t.cluster, own);
+    }),
+  );
+  const states = new Map<string, ClusterState>((targets ?? []).map((t) => [t.cluster, clusterState(perCluster.get(t.cluster), hash)]));
+  const next = plan({ strategy: fleet.spec?.rolloutStrategy, targets: targets ?? [], states, maxRolledBack: fleet.spec?.maxRolledBack });
+  for (const cluster of next.update) await assign(io, hub, fleet, cluster, perCluster.get(cluster));
+  const updated = [...new Set([...next.updated, ...next.update])].sort();
+  const status = { ...fleet.status, assigned: { hash }, rollout: { phase: next.phase, updated, rolledBack: next.rolledBack } };
+  if (await patchStatusIfChanged(hub, AgentConfigResource, fleet, status))
+    io.log.info({ config: key, phase: next.phase, updated: updated.length, rolledBack: next.rolledBack }, "rollout status updated");
+  return done;
+}
+
+// The cluster's own config, made or brought to the fleet's settings with a PUT carrying the
+// resourceVersion read; its status stays the agent's.
+async function assign(io: Io<Config>, hub: KubeClient, fleet: AgentConfig, cluster: string, present: AgentConfig | undefined): Promise<void> {
+  const metadata = {
+    labels: { ...present?.metadata.labels, [RolloutLabel]: fleet.metadata.name },
+    annotations: { ...present?.metadata.annotations, [RolloutNamespaceAnnotation]: fleet.metadata.namespace! },
+  };
+  const spec = { settings: fleet.spec?.settings ?? {}, ...(fleet.spec?.trialSeconds ? { trialSeconds: fleet.spec.trialSeconds } : {}) };
+  if (present) await hub.update<AgentConfig>(AgentConfigResource, { ...present, metadata: { ...present.metadata, ...metadata }, spec });
+  else await hub.create<AgentConfig>(AgentConfigResource, { metadata: { name: AgentConfigName, namespace: cluster, ...metadata }, spec });
+  io.log.info({ cluster, from: `${fleet.metadata.namespace}/${fleet.metadata.name}` }, "agent config assigned");
+}
+
+// The placement's decided clusters with their decision group, or none while the Placement is missing.
+async function decidedClusters(hub: KubeClient, namespace: string, placement: string): Promise<Target[] | undefined> {
+  if (!(await hub.get<Placement>(PlacementResource, placement, namespace))) return undefined;
+  const { items } = await hub.list<PlacementDecision>(PlacementDecisionResource, { namespace, labelSelector: `${ClusterLabel.Placement}=${placement}` });
+  return items.flatMap((d) => {
+    const group = Number(d.metadata.labels?.[ClusterLabel.DecisionGroupIndex] ?? 0) || 0;
+    const groupName = d.metadata.labels?.[ClusterLabel.DecisionGroupName] ?? "";
+    return (d.status?.decisions ?? []).map((x) => ({ cluster: x.clusterName, group, groupName }));
+  });
+}
+
+// ---- which fleet-level configs an event concerns
+
+const isKind = (e: ObjectEvent, group: string, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${group}/`);
+
+async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+  const hub = io.config.hubCluster;
+  const client = io.cluster(hub);
+  const fleetKeys = async (wanted: (c: AgentConfig) => boolean) =>
+    (await client.list<AgentConfig>(AgentConfigResource)).items.filter((c) => isFleetLevel(c) && wanted(c)).map((c) => ({ cluster: hub, namespace: c.metadata.namespace, name: c.metadata.name }));
+  if (event.type === "tick") {
+    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
+    return fleetKeys(() => true);
+  }
+  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+  if (isKind(event, AgentConfigGroup, AgentConfigResource.kind)) {
+    if (event.ref.name !== AgentConfigName) return [{ cluster: hub, namespace: event.ref.namespace, name: event.ref.name }];
+    // a cluster's own config: its status moved, so the rollout that wrote it may go on
+    const c = (event.object as AgentConfig | undefined) ?? (await client.get<AgentConfig>(AgentConfigResource, event.ref.name, event.ref.namespace));
+    const from = c?.metadata.labels?.[RolloutLabel];
+    const ns = c?.metadata.annotations?.[RolloutNamespaceAnnotation];
+    return from && ns ? [{ cluster: hub, namespace: ns, name: from }] : { skip: "a cluster's config no rollout wrote" };
+  }
+  if (isKind(event, ClusterGroup, PlacementDecisionResource.kind)) {
+    const placement = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
+    return fleetKeys((c) => c.metadata.namespace === event.ref.namespace && (placement === undefined || c.spec?.placementRef?.name === placement));
+  }
+  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+}

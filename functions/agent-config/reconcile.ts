@@ -1,0 +1,333 @@
+// The spoke's dynamic configuration (docs/agent-config.md), with the kubelet's dynamic config as the
+// model: the cluster's AgentConfig on the hub is checked (schema, allow-list), checkpointed on the spoke,
+// tried, promoted to last-known-good once the agent's health records vouch for it, or rolled back when
+// they show it failing while the hub is reachable; the verdict goes to the AgentConfig's status and the
+// ManagedCluster's AgentConfigOK condition. One key per agent: the cluster.
+import { isDeepStrictEqual } from "node:util";
+import { z } from "zod";
+import {
+  AgentConfigConditionType,
+  AgentConfigMessage,
+  AgentConfigName,
+  AgentConfigReason,
+  AgentConfigResource,
+  AgentConfigSpecSchema,
+  AgentSettingsSchema,
+  DefaultTrialSeconds,
+  type AgentConfig,
+  type AgentConfigStatus,
+  type AgentSettings,
+} from "../../shared/api/agent-config.ts";
+import { DefaultLeaseDurationSeconds, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ConfigMapResource } from "../../shared/api/kube.ts";
+import {
+  AgentHealthConfigMapName,
+  AllowListSchema,
+  CheckpointConfigMapName,
+  HealthKey,
+  TrialHealthKeys,
+  checkpointData,
+  disallowedPath,
+  initialCheckpoint,
+  parseCheckpoint,
+  parseHealthRecords,
+  recordHealth,
+  settingsHash,
+  validateSettings,
+  type AllowList,
+  type Checkpoint,
+  type HealthRecord,
+} from "../../shared/agent-config.ts";
+import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { setCondition, type NewCondition } from "../../shared/conditions.ts";
+import { rfc3339 } from "../../shared/clock.ts";
+import { configError } from "../../shared/function-env.ts";
+import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { classifyError } from "../../shared/kube/errors.ts";
+import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
+
+export const ConfigSchema = SpokeAgentSettingsSchema.extend({
+  // OCM_AGENT_CONFIG_ALLOW: the setting paths an assigned config may change on this cluster
+  allow: AllowListSchema,
+  // OCM_AGENT_CONFIG_TRIAL_SECONDS: the trial of a config without spec.trialSeconds
+  defaultTrialSeconds: z.int().min(1).default(DefaultTrialSeconds),
+  // OCM_AGENT_CONFIG_INSTALL_TIME: the install-time settings, which a path outside the allow-list may
+  // still be assigned (absent paths are install-time by definition)
+  installTime: AgentSettingsSchema.default({}),
+});
+export type Config = z.infer<typeof ConfigSchema>;
+
+const NAME = "agent-config";
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse({
+    ...spokeAgentSettingsFromEnv(env),
+    allow: env.OCM_AGENT_CONFIG_ALLOW,
+    defaultTrialSeconds: env.OCM_AGENT_CONFIG_TRIAL_SECONDS ? Number(env.OCM_AGENT_CONFIG_TRIAL_SECONDS) : undefined,
+    installTime: jsonVariable(env, "OCM_AGENT_CONFIG_INSTALL_TIME"),
+  });
+}
+
+function jsonVariable(env: NodeJS.ProcessEnv, variable: string): unknown {
+  const text = env[variable];
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw configError(NAME, variable, text, `not JSON: ${(err as Error).message}`);
+  }
+}
+
+type ConfigMap = KubeObject & { data?: Record<string, string> };
+type AgentConfigObject = AgentConfig & KubeObject;
+type ManagedClusterObject = ManagedCluster & KubeObject;
+
+export const spec: FunctionSpec<Config> = {
+  name: NAME,
+  keys(event, io) {
+    const c = io.config;
+    const key: Key = { cluster: c.managementCluster, name: c.clusterName };
+    if (event.type === "tick") {
+      if (event.cluster && event.cluster !== c.managementCluster && event.cluster !== c.hubCluster) return { skip: `tick for cluster ${event.cluster}` };
+      return [key];
+    }
+    const { kind, name, namespace, apiVersion } = event.ref;
+    if (kind === AgentConfigResource.kind && apiVersion.startsWith(`${AgentConfigResource.group}/`)) {
+      if (event.cluster !== c.hubCluster) return { skip: `AgentConfig on ${event.cluster}, not on the hub` };
+      if (namespace !== c.clusterName) return { skip: `AgentConfig of cluster ${namespace ?? ""}, not ${c.clusterName}` };
+      if (name !== AgentConfigName) return { skip: `AgentConfig ${name} is not the cluster's assigned one (${AgentConfigName})` };
+      return [key];
+    }
+    if (kind === ConfigMapResource.kind && apiVersion === "v1") {
+      if (event.cluster !== c.managementCluster || namespace !== c.agentNamespace) return { skip: `ConfigMap ${namespace ?? ""}/${name} on ${event.cluster} is not the agent's` };
+      if (name !== CheckpointConfigMapName && name !== AgentHealthConfigMapName) return { skip: `ConfigMap ${name} is neither the checkpoint nor the health records` };
+      return [key];
+    }
+    return { skip: `not a kind this function watches: ${kind}` };
+  },
+  reconcile,
+};
+
+export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
+  const c = io.config;
+  const now = io.clock.now();
+  const spoke = io.cluster(c.managementCluster);
+  const [checkpointMap, healthMap] = await Promise.all([
+    spoke.get<ConfigMap>(ConfigMapResource, CheckpointConfigMapName, c.agentNamespace),
+    spoke.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, c.agentNamespace),
+  ]);
+  const checkpoint = parseCheckpoint(checkpointMap?.data);
+  const health = parseHealthRecords(healthMap?.data);
+  const got = await bootstrappedHubClient(spoke, c, now);
+  if (!("hub" in got)) {
+    await recordHubReach(spoke, c, checkpoint, now, `no hub identity: ${got.reason}`);
+    io.log.info({ reason: got.reason }, "skipped: no hub identity yet, nothing judged");
+    return done;
+  }
+  try {
+    return await reconcileWithHub(io, { spoke, hub: got.hub, checkpointMap, checkpoint, health, now });
+  } finally {
+    got.hub.close();
+  }
+}
+
+async function reconcileWithHub(
+  io: Io<Config>,
+  o: { spoke: KubeClient; hub: KubeClient; checkpointMap?: ConfigMap; checkpoint: Checkpoint; health: Partial<Record<HealthKey, HealthRecord>>; now: Date },
+): Promise<Outcome> {
+  const c = io.config;
+  let assigned: AgentConfigObject | undefined;
+  let cluster: ManagedClusterObject | undefined;
+  try {
+    [assigned, cluster] = await Promise.all([
+      o.hub.get<AgentConfigObject>(AgentConfigResource, AgentConfigName, c.clusterName),
+      o.hub.get<ManagedClusterObject>(ManagedClusterResource, c.clusterName),
+    ]);
+  } catch (err) {
+    // Not reaching the hub says nothing about the config: judge nothing, keep the checkpoint, and let
+    // the source retry. Noting the outage restarts the failure clock once the hub is back, so a record
+    // that failed only because the hub was down is not held against the config.
+    const kind = classifyError(err);
+    if (kind === "transient" || kind === "unauthorized") {
+      const error = err instanceof Error ? err.message : String(err);
+      await recordHubReach(o.spoke, c, o.checkpoint, o.now, error);
+      io.log.warn({ error }, "hub unreachable: nothing judged, the checkpoint stays");
+    }
+    throw err;
+  }
+
+  const own = o.health[HealthKey.AgentConfig];
+  const judged = judge({
+    assigned,
+    checkpoint: o.checkpoint,
+    health: o.health,
+    now: o.now,
+    hubReachableSince: own?.ok ? new Date(own.since) : o.now,
+    leaseMs: (cluster?.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1000,
+    allow: c.allow,
+    installTime: c.installTime,
+    defaultTrialSeconds: c.defaultTrialSeconds,
+  });
+
+  // The spoke first: what the agent runs must not depend on the report reaching the hub.
+  const wrote = await writeCheckpoint(o.spoke, c.agentNamespace, o.checkpointMap, judged.checkpoint);
+  await recordHubReach(o.spoke, c, judged.checkpoint, o.now);
+  if (assigned) {
+    const conditions = setCondition(assigned.status?.conditions, { ...judged.condition, observedGeneration: assigned.metadata.generation as number | undefined }, o.now);
+    const status: AgentConfigStatus = {
+      ...assigned.status,
+      assigned: { hash: judged.assignedHash! },
+      active: { hash: judged.checkpoint.active.hash },
+      lastKnownGood: { hash: judged.checkpoint.lastKnownGood.hash },
+      lastError: judged.lastError,
+      conditions,
+    };
+    await patchStatusIfChanged(o.hub, AgentConfigResource, assigned, status);
+  }
+  if (cluster) {
+    const conditions = setCondition(cluster.status?.conditions, judged.condition, o.now);
+    await patchStatusIfChanged(o.hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
+  }
+  if (wrote || judged.changed) io.log.info({ reason: judged.condition.reason, assigned: judged.assignedHash, active: judged.checkpoint.active.hash, lastKnownGood: judged.checkpoint.lastKnownGood.hash }, judged.decision);
+  return judged.recheckInMs === undefined ? done : { recheckInMs: judged.recheckInMs };
+}
+
+// The function's own health record: whether it reaches the hub as the cluster, and since when. A trial's
+// failures count only from the moment the hub was last seen reachable (docs/agent-config.md: a rollback
+// happens within one lease duration of the hub being reachable while renewals fail).
+async function recordHubReach(spoke: KubeClient, c: Config, checkpoint: Checkpoint, now: Date, error?: string): Promise<void> {
+  await recordHealth(spoke, c.agentNamespace, HealthKey.AgentConfig, { hash: checkpoint.active.hash, ok: error === undefined, error }, now);
+}
+
+async function writeCheckpoint(spoke: KubeClient, namespace: string, existing: ConfigMap | undefined, next: Checkpoint): Promise<boolean> {
+  const data = checkpointData(next);
+  if (!existing) {
+    // No checkpoint means the install-time settings to every reader: nothing to write for those.
+    if (isDeepStrictEqual(next, initialCheckpoint())) return false;
+    await spoke.create<ConfigMap>(ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace }, data });
+    return true;
+  }
+  const sameKeys = isDeepStrictEqual(Object.keys(existing.data ?? {}).sort(), Object.keys(data).sort());
+  if (sameKeys && isDeepStrictEqual(parseCheckpoint(existing.data), next)) return false;
+  await spoke.update<ConfigMap>(ConfigMapResource, { ...existing, data });
+  return true;
+}
+
+export type JudgeInput = {
+  assigned: AgentConfig | undefined;
+  checkpoint: Checkpoint;
+  health: Partial<Record<HealthKey, HealthRecord>>;
+  now: Date;
+  hubReachableSince: Date; // the hub has answered the function without a break since then
+  leaseMs: number; // the ManagedCluster's lease duration
+  allow: AllowList;
+  installTime: AgentSettings;
+  defaultTrialSeconds: number;
+};
+
+export type Judgement = {
+  checkpoint: Checkpoint;
+  condition: NewCondition; // AgentConfigOK
+  assignedHash?: string; // the hash of what the hub assigned, refused or not
+  lastError: string;
+  recheckInMs?: number; // the next moment the trial can be decided
+  changed: boolean; // the checkpoint differs from the one given
+  decision: string; // for the log
+};
+
+const condition = (reason: string, status: NewCondition["status"], message: string): NewCondition => ({ type: AgentConfigConditionType.AgentConfigOK, status, reason, message });
+
+// The whole decision, on values: the assignment (or its refusal), then the trial of the checkpointed
+// config, which goes on even while a newer assignment is refused, since that config is what runs.
+export function judge(i: JudgeInput): Judgement {
+  const finish = (j: Omit<Judgement, "changed">): Judgement => ({ ...j, changed: !isDeepStrictEqual(j.checkpoint, i.checkpoint) });
+  if (!i.assigned) {
+    // As the kubelet resets to its local config when its config source is removed.
+    return finish({ checkpoint: initialCheckpoint(), condition: condition(AgentConfigReason.ConfigNotAssigned, "True", AgentConfigMessage.notAssigned), lastError: "", decision: "no AgentConfig assigned: install-time settings" });
+  }
+  const spec = i.assigned.spec ?? {};
+  const hash = settingsHash(spec.settings);
+  const checked = checkAssigned(spec, i.allow, i.installTime);
+
+  let checkpoint = i.checkpoint;
+  if (checked.ok) checkpoint = assign(checkpoint, { hash, settings: checked.settings, trialSeconds: spec.trialSeconds ?? i.defaultTrialSeconds }, i.now);
+  const trial = judgeTrial(checkpoint, i);
+  checkpoint = trial.checkpoint;
+
+  if (!checked.ok) {
+    return finish({ checkpoint, condition: checked.refusal, assignedHash: hash, lastError: checked.refusal.message, recheckInMs: trial.recheckInMs, decision: `assigned config ${hash} refused (${checked.refusal.reason}): nothing applied` });
+  }
+  const failed = checkpoint.failed?.hash === hash ? checkpoint.failed : undefined;
+  if (failed) {
+    const c = condition(AgentConfigReason.ConfigRolledBack, "False", AgentConfigMessage.rolledBack({ lastKnownGood: checkpoint.lastKnownGood.hash, assigned: hash, why: failed.reason }));
+    return finish({ checkpoint, condition: c, assignedHash: hash, lastError: c.message, decision: `assigned config ${hash} rolled back to last-known-good` });
+  }
+  if (trial.until !== undefined) {
+    const c = condition(AgentConfigReason.ConfigOnTrial, "Unknown", AgentConfigMessage.onTrial(hash, rfc3339(new Date(trial.until))));
+    return finish({ checkpoint, condition: c, assignedHash: hash, lastError: "", recheckInMs: trial.recheckInMs, decision: `assigned config ${hash} on trial` });
+  }
+  return finish({ checkpoint, condition: condition(AgentConfigReason.ConfigActive, "True", AgentConfigMessage.active(hash)), assignedHash: hash, lastError: "", decision: `assigned config ${hash} active and last-known-good` });
+}
+
+type Checked = { ok: true; settings: AgentSettings } | { ok: false; refusal: NewCondition };
+
+// The schema first (a config that cannot be read cannot be judged further), then the allow-list.
+function checkAssigned(spec: NonNullable<AgentConfig["spec"]>, allow: AllowList, installTime: AgentSettings): Checked {
+  const refuse = (reason: string, message: string): Checked => ({ ok: false, refusal: condition(reason, "False", message) });
+  const settings = validateSettings(spec.settings);
+  if (!settings.ok) return refuse(AgentConfigReason.ConfigInvalid, AgentConfigMessage.invalid(settings.error));
+  const trial = AgentConfigSpecSchema.shape.trialSeconds.safeParse(spec.trialSeconds);
+  if (!trial.success) return refuse(AgentConfigReason.ConfigInvalid, AgentConfigMessage.invalid(`spec.trialSeconds: ${trial.error.issues.map((x) => x.message).join("; ")}`));
+  const path = disallowedPath(settings.settings, allow, installTime);
+  if (path) return refuse(AgentConfigReason.ConfigNotAllowed, AgentConfigMessage.notAllowed(path));
+  return { ok: true, settings: settings.settings };
+}
+
+// A valid assignment into the checkpoint. The config rolled back last is not tried again until another
+// is assigned; last-known-good runs at once; anything else starts (or continues) its trial.
+function assign(cp: Checkpoint, a: { hash: string; settings: AgentSettings; trialSeconds: number }, now: Date): Checkpoint {
+  if (cp.failed?.hash === a.hash) return cp;
+  const { failed: _another, ...rest } = cp;
+  const since = cp.assigned?.hash === a.hash ? cp.assigned.since : now.toISOString();
+  const assigned = { hash: a.hash, settings: a.settings, trialSeconds: a.trialSeconds, since };
+  const active = a.hash === cp.lastKnownGood.hash ? cp.lastKnownGood : { hash: a.hash, settings: a.settings };
+  return { ...rest, assigned, active };
+}
+
+type TrialJudgement = { checkpoint: Checkpoint; until?: number; recheckInMs?: number };
+
+// The trial of the checkpoint's assigned config while it is active and not yet last-known-good:
+// - a record under its hash saying ok: false for a lease duration of a reachable hub fails it;
+// - once trialSeconds have passed, both records saying ok: true under its hash promote it;
+// - a component that has not reported running it a lease duration after the trial (with the hub
+//   reachable) fails it too: a config its components cannot start on must not stay forever.
+function judgeTrial(cp: Checkpoint, i: JudgeInput): TrialJudgement {
+  const a = cp.assigned;
+  if (!a || cp.active.hash !== a.hash || a.hash === cp.lastKnownGood.hash || cp.failed?.hash === a.hash) return { checkpoint: cp };
+  const now = i.now.getTime();
+  const started = Date.parse(a.since);
+  const until = started + a.trialSeconds * 1000;
+  const reachable = i.hubReachableSince.getTime();
+  const rollBack = (reason: string): TrialJudgement => ({ checkpoint: { ...cp, active: cp.lastKnownGood, failed: { hash: a.hash, reason } } });
+  const waits: number[] = [];
+
+  for (const key of TrialHealthKeys) {
+    const r = i.health[key];
+    if (!r || r.hash !== a.hash || r.ok) continue;
+    const failingFrom = Math.max(Date.parse(r.since), reachable, started);
+    if (now - failingFrom >= i.leaseMs) return rollBack(`${key} failing since ${r.since}${r.error ? `: ${r.error}` : ""}`);
+    waits.push(failingFrom + i.leaseMs - now);
+  }
+  if (now < until) return { checkpoint: cp, until, recheckInMs: Math.min(until - now, ...waits) };
+
+  const silent = TrialHealthKeys.filter((k) => i.health[k]?.hash !== a.hash);
+  if (silent.length === 0 && waits.length === 0) return { checkpoint: { ...cp, lastKnownGood: { hash: a.hash, settings: a.settings } } };
+  const silentFrom = Math.max(until, reachable);
+  if (silent.length > 0) {
+    if (now - silentFrom >= i.leaseMs) return rollBack(`${silent.join(" and ")} did not report running it by the end of its trial`);
+    waits.push(silentFrom + i.leaseMs - now);
+  }
+  return { checkpoint: cp, until, recheckInMs: Math.min(...waits) };
+}
