@@ -305,7 +305,7 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
 
   it.each(["hub", "spoke"])("has Serving default every %s function's Knative Service: user-container, timeoutSeconds, creator, probes", (side) => {
     const services = createdOf(side, "Service").filter((s) => s.apiVersion === "serving.knative.dev/v1");
-    expect(services.length).toBe(side === "hub" ? 8 : 5);
+    expect(services.length).toBe(side === "hub" ? 11 : 6);
     for (const s of services) {
       const spec = s.spec.template.spec;
       expect(spec.containers[0].name, s.metadata.name).toBe("user-container");
@@ -323,7 +323,7 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
     expect(broker!.spec.config).toEqual({ apiVersion: "v1", kind: "ConfigMap", name: "config-br-default-channel", namespace: "knative-eventing" });
     // one per Broker-fed function: the hub's lease monitor has a relay of its own
     const triggers = createdOf(side, "Trigger");
-    expect(triggers.length).toBe(side === "hub" ? 7 : 5);
+    expect(triggers.length).toBe(side === "hub" ? 10 : 6);
     // a function with several subscriptions has them as one `any` of exact filters, as Knative stored it
     expect(triggers.some((t) => t.spec.filters?.[0]?.any?.length > 1)).toBe(true);
     for (const t of triggers) {

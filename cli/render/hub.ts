@@ -197,6 +197,7 @@ function hubRelay(f: FunctionDeployment, ns: string, cluster: string, o: HubOpti
 // open-cluster-management/agent-registration-bootstrap (clusteradm:pkg/helpers/client.go,
 // GetBootstrapTokenFromSA), which OCM's cluster-manager creates for `clusteradm init`. We create the
 // same; manifests/hub/bootstrap-rbac.yaml binds it to the bootstrap ClusterRole, and to nothing else.
+export const SharedNamespaceAnnotation = "ocm-functions.io/shared-namespace";
 export const BootstrapServiceAccount = { namespace: "open-cluster-management", name: "agent-registration-bootstrap" } as const;
 
 // The namespace (unless the hub's own namespace is that one) and the ServiceAccount. The account is
@@ -204,7 +205,10 @@ export const BootstrapServiceAccount = { namespace: "open-cluster-management", n
 // an uninstall must never delete a namespace it did not make. It stays behind, empty.
 export function bootstrapServiceAccount(hubNamespace: string = HubNamespaceDefault): Manifest[] {
   const { namespace: ns, name } = BootstrapServiceAccount;
-  return [...(hubNamespace === ns ? [] : [namespace(ns)]), withPartOf({ apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns } })];
+  // The annotation says why it stays, and gives the apply a field of its own (an apply that owns no field
+  // is recorded by no manager and rewrites the object each time).
+  const shared = { ...namespace(ns), metadata: { name: ns, annotations: { [SharedNamespaceAnnotation]: "ocmf uninstall leaves this namespace: OCM or its users may own it" } } };
+  return [...(hubNamespace === ns ? [] : [shared]), withPartOf({ apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns } })];
 }
 
 export function renderHub(o: HubOptions = {}): Manifest[] {
