@@ -6,6 +6,19 @@ import type { KubeClient } from "../shared/kube/client.ts";
 import { hubFlags, spokeFlags, type HubFlags, type SpokeFlags } from "./render-options.ts";
 import type { WaitLevel } from "./readiness.ts";
 import type { HubConnectionFlags } from "./join.ts";
+import type { Strategy } from "./config.ts";
+
+type ConfigSetFlags = {
+  cluster?: string;
+  fleet?: string;
+  unset?: string[];
+  trialSeconds?: number;
+  placement?: string;
+  namespace: string;
+  strategy?: Strategy;
+  maxConcurrency?: number | string;
+  maxRolledBack?: number | string;
+};
 
 // What a command may use: the cluster --kubeconfig names (the hub, or the spoke for join and uninstall
 // spoke; opened on first use, closed at exit), files of the running `npm start`, and the terminal.
@@ -54,6 +67,35 @@ const sidecar = (ocmf: Command) => group(ocmf, "sidecar", "a local spoke's heart
 const render = (ocmf: Command) => group(ocmf, "render", "print the Knative manifests of the hub or a spoke, rendered from the functions' func.yaml");
 const install = (ocmf: Command) => group(ocmf, "install", "install OCM on functions on a cluster with Knative");
 const uninstall = (ocmf: Command) => group(ocmf, "uninstall", "remove what install or join made from a cluster");
+const config = (ocmf: Command) => group(ocmf, "config", "the agents' dynamic configuration: AgentConfigs on the hub (docs/agent-config.md)");
+
+// A flag's value through a check that throws Error, as commander reports an invalid argument.
+const checked =
+  <T>(check: (value: string) => T) =>
+  (value: string): T => {
+    try {
+      return check(value);
+    } catch (err) {
+      throw new InvalidArgumentError((err as Error).message);
+    }
+  };
+const wholeNumber = (min: number, what: string) =>
+  checked((value) => {
+    if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > 2 ** 31 - 1) throw new Error(`give ${what}, a whole number of at least ${min}`);
+    return Number(value);
+  });
+// --max-concurrency, --max-rolled-back: N, or N% of the placement's clusters (at most 100%).
+function countOrPercent(text: string, min: number): number | string {
+  const pct = /^(\d+(?:\.\d+)?)%$/.exec(text);
+  if (pct) {
+    const n = Number(pct[1]);
+    if (n > 100 || (min > 0 && n === 0)) throw new Error(`give a percentage ${min > 0 ? "above 0%" : "from 0%"} up to 100%`);
+    return text;
+  }
+  if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > 2 ** 31 - 1) throw new Error(`give a whole number of at least ${min}, or a percentage such as 10%`);
+  return Number(text);
+}
+const outputOption = () => new Option("-o, --output <format>", "print the object(s) instead of the table").choices(["yaml", "json"]);
 
 export const commands: Registration[] = [
   (ocmf, cli) =>
@@ -153,6 +195,60 @@ export const commands: Registration[] = [
         const [{ joinSpoke, bootstrapKubeconfigFrom }, { spokeOptions }] = await Promise.all([import("./join.ts"), import("./render-options.ts")]);
         const bootstrapKubeconfig = bootstrapKubeconfigFrom(f);
         await joinSpoke(await cli.cluster("spoke"), { bootstrapKubeconfig, render: spokeOptions(f), wait: waiting(f) }, cli.print);
+      }),
+
+  (ocmf, cli) =>
+    config(ocmf)
+      .command("set")
+      .description("write a cluster's AgentConfig (--cluster) or a fleet-level one rolled out over a Placement (--fleet); every KEY=VALUE is checked against the settings schema before anything is written")
+      .argument("[settings...]", "KEY=VALUE, KEY one of statusSyncIntervalSeconds, clusterClaimLimit, relayResyncSeconds, heartbeat.proxyURL, logLevel, features.<name>")
+      .option("--cluster <name>", "the cluster whose own config (agent in its namespace) to write")
+      .addOption(new Option("--fleet <name>", "the fleet-level config to write, in --namespace").conflicts("cluster"))
+      .option("--unset <key>", "remove a setting (or a group: heartbeat, features); repeatable", (key: string, keys: string[] | undefined) => [...(keys ?? []), key])
+      .option("--trial-seconds <seconds>", "how long the config must run healthy before it becomes last-known-good", wholeNumber(1, "the seconds"))
+      .addOption(new Option("--placement <name>", "fleet: the Placement whose decided clusters get the config (needed when the config is new)").conflicts("cluster"))
+      .addOption(new Option("--namespace <namespace>", "fleet: the namespace of the config and its Placement").default("default").conflicts("cluster"))
+      .addOption(new Option("--strategy <type>", "fleet: OCM's rollout strategy").choices(["All", "Progressive", "ProgressivePerGroup"]).conflicts("cluster"))
+      .addOption(new Option("--max-concurrency <n|n%>", "fleet, Progressive: clusters on trial at a time").argParser(checked((v) => countOrPercent(v, 1))).conflicts("cluster"))
+      .addOption(new Option("--max-rolled-back <n|n%>", "fleet: the rollout halts when more clusters than this roll back (default 10%)").argParser(checked((v) => countOrPercent(v, 0))).conflicts("cluster"))
+      .action(async (assignments: string[], o: ConfigSetFlags) => {
+        const { parseSettingsChange, setConfig } = await import("./config.ts");
+        if (!o.cluster && !o.fleet) throw new Error("give --cluster NAME (a cluster's own config) or --fleet NAME (a fleet-level config)");
+        const change = parseSettingsChange(assignments, o.unset ?? []);
+        const common = { change, trialSeconds: o.trialSeconds };
+        const r = await setConfig(
+          await cli.hub(),
+          o.fleet
+            ? { ...common, fleet: o.fleet, namespace: o.namespace, placement: o.placement, strategy: o.strategy, maxConcurrency: o.maxConcurrency, maxRolledBack: o.maxRolledBack }
+            : { ...common, cluster: o.cluster! },
+        );
+        cli.print(`agentconfig ${r.namespace}/${r.name} ${r.result} (settings hash ${r.hash})`);
+        for (const note of r.notes) cli.print(note);
+      }),
+
+  (ocmf, cli) =>
+    config(ocmf)
+      .command("get")
+      .description("every cluster's config state (assigned, active and last-known-good hashes, AgentConfigOK's reason), or one cluster's in full with --cluster")
+      .option("--cluster <name>", "one cluster: its hashes, the AgentConfigOK condition and its settings")
+      .addOption(outputOption())
+      .action(async (o: { cluster?: string; output?: "yaml" | "json" }) => {
+        const { getClusterConfig, listClusterConfigs } = await import("./config.ts");
+        const hub = await cli.hub();
+        cli.print(o.cluster ? await getClusterConfig(hub, o.cluster, o.output) : await listClusterConfigs(hub, o.output));
+      }),
+
+  (ocmf, cli) =>
+    group(config(ocmf), "rollout", "a fleet-level AgentConfig's rollout")
+      .command("status")
+      .description("the rollout's phase, and how many of the placement's clusters are updated, succeeded and rolled back; exits 1 when it is Halted")
+      .argument("<name>", "the fleet-level AgentConfig")
+      .option("--namespace <namespace>", "its namespace", "default")
+      .action(async (name: string, o: { namespace: string }) => {
+        const { rolloutStatus } = await import("./config.ts");
+        const status = await rolloutStatus(await cli.hub(), name, o.namespace);
+        cli.print(status.text);
+        if (status.halted) throw new Error(status.summary);
       }),
 
   ...(["hub", "spoke"] as const).map(
