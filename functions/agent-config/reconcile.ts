@@ -112,38 +112,31 @@ export const spec: FunctionSpec<Config> = {
 
 export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
-  const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
-  const [checkpointMap, healthMap] = await Promise.all([
-    spoke.get<ConfigMap>(ConfigMapResource, CheckpointConfigMapName, c.agentNamespace),
-    spoke.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, c.agentNamespace),
-  ]);
-  const checkpoint = parseCheckpoint(checkpointMap?.data);
-  const health = parseHealthRecords(healthMap?.data);
-  const got = await bootstrappedHubClient(spoke, c, now);
+  const got = await bootstrappedHubClient(spoke, c, io.clock.now());
   if (!("hub" in got)) {
-    await recordHubReach(spoke, c, checkpoint, now, `no hub identity: ${got.reason}`);
+    await recordHubReach(spoke, c, await readCheckpoint(spoke, c), io.clock.now(), `no hub identity: ${got.reason}`);
     io.log.info({ reason: got.reason }, "skipped: no hub identity yet, nothing judged");
     return done;
   }
   try {
-    return await reconcileWithHub(io, { spoke, hub: got.hub, checkpointMap, checkpoint, health, now });
+    return await reconcileWithHub(io, spoke, got.hub);
   } finally {
     got.hub.close();
   }
 }
 
-async function reconcileWithHub(
-  io: Io<Config>,
-  o: { spoke: KubeClient; hub: KubeClient; checkpointMap?: ConfigMap; checkpoint: Checkpoint; health: Partial<Record<HealthKey, HealthRecord>>; now: Date },
-): Promise<Outcome> {
+const readCheckpoint = async (spoke: KubeClient, c: Config): Promise<Checkpoint> =>
+  parseCheckpoint((await spoke.get<ConfigMap>(ConfigMapResource, CheckpointConfigMapName, c.agentNamespace))?.data);
+
+async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClient): Promise<Outcome> {
   const c = io.config;
   let assigned: AgentConfigObject | undefined;
   let cluster: ManagedClusterObject | undefined;
   try {
     [assigned, cluster] = await Promise.all([
-      o.hub.get<AgentConfigObject>(AgentConfigResource, AgentConfigName, c.clusterName),
-      o.hub.get<ManagedClusterObject>(ManagedClusterResource, c.clusterName),
+      hub.get<AgentConfigObject>(AgentConfigResource, AgentConfigName, c.clusterName),
+      hub.get<ManagedClusterObject>(ManagedClusterResource, c.clusterName),
     ]);
   } catch (err) {
     // Not reaching the hub says nothing about the config: judge nothing, keep the checkpoint, and let
@@ -152,11 +145,22 @@ async function reconcileWithHub(
     const kind = classifyError(err);
     if (kind === "transient" || kind === "unauthorized") {
       const error = err instanceof Error ? err.message : String(err);
-      await recordHubReach(o.spoke, c, o.checkpoint, o.now, error);
+      await recordHubReach(spoke, c, await readCheckpoint(spoke, c), io.clock.now(), error);
       io.log.warn({ error }, "hub unreachable: nothing judged, the checkpoint stays");
     }
     throw err;
   }
+
+  // The hub has answered: the time and the spoke's state are taken now, not before the hub's answer. A
+  // call that waited on an API server coming back (its port open, its answers held back) would otherwise
+  // date the hub's return to when the call began, during the outage, and judge records read before the
+  // components had their own chance to reach the hub again: the outage would be held against the config.
+  const now = io.clock.now();
+  const [checkpointMap, healthMap] = await Promise.all([
+    spoke.get<ConfigMap>(ConfigMapResource, CheckpointConfigMapName, c.agentNamespace),
+    spoke.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, c.agentNamespace),
+  ]);
+  const o = { spoke, hub, checkpointMap, checkpoint: parseCheckpoint(checkpointMap?.data), health: parseHealthRecords(healthMap?.data), now };
 
   const own = o.health[HealthKey.AgentConfig];
   const judged = judge({
