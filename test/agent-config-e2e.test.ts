@@ -239,7 +239,8 @@ describe("dynamic agent configuration in a local fleet", () => {
     const active = await reasonReached(C1, AgentConfigReason.ConfigActive, good.hash);
     expect(active.status).toMatchObject({ assigned: { hash: good.hash }, active: { hash: good.hash }, lastKnownGood: { hash: good.hash }, lastError: "" });
     expect(reasonsFor(hubSide, good.hash)).toEqual([AgentConfigReason.ConfigOnTrial, AgentConfigReason.ConfigActive]);
-    expect(agentConfigOK(await managedCluster(C1))).toMatchObject({ status: "True", reason: AgentConfigReason.ConfigActive });
+    // the agent writes the ManagedCluster's copy after the AgentConfig's status
+    await eventually(async () => expect(agentConfigOK(await managedCluster(C1))).toMatchObject({ status: "True", reason: AgentConfigReason.ConfigActive }), { timeoutMs: 15_000, intervalMs: 200 });
 
     // The spoke's checkpoint holds it, as active and last-known-good.
     const cp = await checkpoint(C1);
@@ -271,7 +272,7 @@ describe("dynamic agent configuration in a local fleet", () => {
     const rolledBack = await reasonReached(C1, AgentConfigReason.ConfigRolledBack, broken, 45_000);
     expect(rolledBack.status).toMatchObject({ assigned: { hash: broken }, active: { hash: good.hash }, lastKnownGood: { hash: good.hash } });
     expect(rolledBack.status?.lastError).toMatch(new RegExp(`^using last-known-good ${good.hash}: assigned config ${broken} failed its trial: heartbeat failing since \\S+: hub: .*ECONNREFUSED`));
-    expect(agentConfigOK(await managedCluster(C1))).toMatchObject({ status: "False", reason: AgentConfigReason.ConfigRolledBack });
+    await eventually(async () => expect(agentConfigOK(await managedCluster(C1))).toMatchObject({ status: "False", reason: AgentConfigReason.ConfigRolledBack }), { timeoutMs: 15_000, intervalMs: 200 });
     const cp = await checkpoint(C1);
     expect(cp).toMatchObject({ active: good, lastKnownGood: good, assigned: { hash: broken, trialSeconds: 60 }, failed: { hash: broken, reason: expect.stringMatching(/^heartbeat failing since/) } });
     // Within the trial: the verdict came before the trial would have ended.
@@ -357,7 +358,7 @@ describe("dynamic agent configuration in a local fleet", () => {
     await configSet({ cluster: C2, trialSeconds: Math.ceil((Date.now() - since) / 1000) + 1 });
     const active = await reasonReached(C2, AgentConfigReason.ConfigActive, healthy, 30_000);
     expect(active.status).toMatchObject({ assigned: { hash: healthy }, active: { hash: healthy }, lastKnownGood: { hash: healthy }, lastError: "" });
-    expect(agentConfigOK(await managedCluster(C2))).toMatchObject({ status: "True", reason: AgentConfigReason.ConfigActive });
+    await eventually(async () => expect(agentConfigOK(await managedCluster(C2))).toMatchObject({ status: "True", reason: AgentConfigReason.ConfigActive }), { timeoutMs: 15_000, intervalMs: 200 });
     hubSide.stop();
     spokeSide.stop();
     records.stop();
