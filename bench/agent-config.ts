@@ -83,7 +83,7 @@ import { CheckpointConfigMapName, HealthKey, InstallTimeHash, parseCheckpoint, r
 import { findCondition } from "../shared/conditions.ts";
 import * as agentConfigFn from "../functions/agent-config/reconcile.ts";
 import * as rolloutFn from "../functions/agent-config-rollout/reconcile.ts";
-import { clusterState, type ClusterState } from "../functions/agent-config-rollout/plan.ts";
+import { clusterState, type ClusterState } from "../shared/agent-config.ts";
 import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
 import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
 import { percentile, ms, mib } from "./stats.ts";

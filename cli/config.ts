@@ -8,8 +8,6 @@ import { stringify } from "yaml";
 import { z } from "zod";
 import {
   AgentConfigConditionType,
-  AgentConfigGroup,
-  AgentConfigReason,
   AgentConfigName,
   AgentConfigResource,
   AgentSettingsSchema,
@@ -20,18 +18,15 @@ import {
   type AgentConfigSpec,
   type AgentSettings,
 } from "../shared/api/agent-config.ts";
-import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource, type ManagedCluster, type Placement, type PlacementDecision, type RolloutStrategy } from "../shared/api/cluster.ts";
-import { settingLeaves, settingsHash, validateSettings } from "../shared/agent-config.ts";
+import { ManagedClusterResource, PlacementResource, type ManagedCluster, type Placement, type RolloutStrategy } from "../shared/api/cluster.ts";
+import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, countOf, settingLeaves, settingsHash, validateSettings } from "../shared/agent-config.ts";
+import { placementClusters } from "../shared/placement-decisions.ts";
 import { NamespaceResource } from "../shared/api/kube.ts";
 import { findCondition } from "../shared/conditions.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
 import { isAlreadyExists, isConflict, isNotFound } from "../shared/kube/errors.ts";
 import { again } from "./transient.ts";
 
-// What agent-config-rollout writes on each cluster's config it assigns (functions/agent-config-rollout/
-// reconcile.ts; the CLI bundle may not import a function, and test/cli-config.test.ts checks they agree).
-const RolloutLabel = `${AgentConfigGroup}/rollout`;
-const RolloutNamespaceAnnotation = `${AgentConfigGroup}/rollout-namespace`;
 
 export type Strategy = NonNullable<RolloutStrategy["type"]>;
 
@@ -306,23 +301,20 @@ export async function rolloutStatus(hub: KubeClient, name: string, namespace: st
   if (!fleet) throw new Error(`no AgentConfig ${name} in namespace ${namespace}`);
   const placement = fleet.spec?.placementRef?.name;
   if (name === AgentConfigName || !placement) throw new Error(`${namespace}/${name} is not a fleet-level AgentConfig: it names no spec.placementRef`);
-  const [placed, decisions] = await Promise.all([
-    again(() => hub.get<Placement & KubeObject>(PlacementResource, placement, namespace)),
-    again(() => hub.list<PlacementDecision & KubeObject>(PlacementDecisionResource, { namespace, labelSelector: `${ClusterLabel.Placement}=${placement}` })),
-  ]);
-  const decided = placed ? [...new Set(decisions.items.flatMap((d) => (d.status?.decisions ?? []).map((x) => x.clusterName)))].sort() : [];
+  const clusters = await again(() => placementClusters(hub, { namespace, name: placement }));
+  const decided = [...(clusters ?? [])].sort();
   const hash = settingsHash(fleet.spec?.settings ?? {});
   const own = await Promise.all(decided.map((c) => again(() => hub.get<AgentConfig>(AgentConfigResource, AgentConfigName, c))));
-  const succeeded = own.filter((c) => c && succeededWith(c, hash)).length;
+  const succeeded = own.filter((c) => clusterState(c, hash) === "succeeded").length;
   const rollout = fleet.status?.rollout;
   const phase = rollout?.phase;
   const rolledBack = rollout?.rolledBack ?? [];
   const total = decided.length;
-  const limit = countOf(fleet.spec?.maxRolledBack ?? DefaultMaxRolledBack, total);
+  const limit = countOf(fleet.spec?.maxRolledBack ?? DefaultMaxRolledBack, total, 0);
   const stale = phase && fleet.status?.assigned?.hash && fleet.status.assigned.hash !== hash;
   const rows: [string, string][] = [
     ["AGENTCONFIG", `${namespace}/${name}`],
-    ["PLACEMENT", placed ? `${placement} (${total} cluster${total === 1 ? "" : "s"} decided)` : `${placement} (no such Placement)`],
+    ["PLACEMENT", clusters ? `${placement} (${total} cluster${total === 1 ? "" : "s"} decided)` : `${placement} (no such Placement)`],
     ["STRATEGY", strategyText(fleet.spec?.rolloutStrategy)],
     ["SETTINGS HASH", hash],
     ["PHASE", phase ? (stale ? `${phase} (of settings ${fleet.status!.assigned!.hash}; these settings are not rolled out yet)` : phase) : "- (the rollout has not reported yet)"],
@@ -334,20 +326,6 @@ export async function rolloutStatus(hub: KubeClient, name: string, namespace: st
   const halted = phase === RolloutPhase.Halted;
   const summary = `the rollout of ${namespace}/${name} is Halted: ${rolledBack.length} of ${total} clusters rolled back (${rolledBack.join(", ")}), more than maxRolledBack allows; the clusters not updated keep their last-known-good`;
   return { text: table(undefined, rows), halted, summary };
-}
-
-// The cluster's agent runs these settings as its last-known-good (ConfigActive with the assigned hash).
-function succeededWith(c: AgentConfig, hash: string): boolean {
-  if (settingsHash(c.spec?.settings ?? {}) !== hash || c.status?.assigned?.hash !== hash) return false;
-  const ok = findCondition(c.status?.conditions, AgentConfigConditionType.AgentConfigOK);
-  return ok?.reason === AgentConfigReason.ConfigActive && c.status?.active?.hash === hash;
-}
-
-// An int, or a percentage of total rounded down, as the rollout reads maxRolledBack.
-function countOf(v: number | string, total: number): number {
-  if (typeof v === "number") return v;
-  const m = /^(\d+(?:\.\d+)?)%$/.exec(v.trim());
-  return m ? Math.floor((Number(m[1]) / 100) * total) : Number(v);
 }
 
 function strategyText(s: RolloutStrategy | undefined): string {

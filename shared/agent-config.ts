@@ -5,7 +5,8 @@
 import { createHash } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
-import { AgentSettingsSchema, type AgentSettings } from "./api/agent-config.ts";
+import { AgentConfigConditionType, AgentConfigGroup, AgentConfigReason, AgentSettingsSchema, type AgentConfig, type AgentSettings } from "./api/agent-config.ts";
+import { findCondition } from "./conditions.ts";
 import { ConfigMapResource } from "./api/kube.ts";
 import type { KubeClient, KubeObject } from "./kube/client.ts";
 import { isAlreadyExists } from "./kube/errors.ts";
@@ -213,4 +214,35 @@ export function validateSettings(raw: unknown): SettingsJudgement {
   if (parsed.success) return { ok: true, settings: parsed.data };
   const error = parsed.error.issues.map((i) => `${["spec.settings", ...i.path.map(String)].join(".")}: ${i.message}`).join("; ");
   return { ok: false, error };
+}
+
+// ---- the fleet rollout's vocabulary, read by agent-config-rollout and by `ocmf config rollout status`
+
+// On each cluster's AgentConfig the rollout writes: which fleet-level config it came from.
+export const RolloutLabel = `${AgentConfigGroup}/rollout`;
+export const RolloutNamespaceAnnotation = `${AgentConfigGroup}/rollout-namespace`;
+
+// pending: not given this config yet; progressing: given it, on trial; succeeded: it became the
+// cluster's last-known-good; rolledBack: the cluster refused it or rolled it back.
+export type ClusterState = "pending" | "progressing" | "succeeded" | "rolledBack";
+
+export function clusterState(config: AgentConfig | undefined, hash: string): ClusterState {
+  if (!config || settingsHash(config.spec?.settings ?? {}) !== hash) return "pending";
+  const status = config.status;
+  const ok = findCondition(status?.conditions, AgentConfigConditionType.AgentConfigOK);
+  if (status?.assigned?.hash !== hash || !ok) return "progressing";
+  if (ok.reason === AgentConfigReason.ConfigActive && status.active?.hash === hash) return "succeeded";
+  if (ok.reason === AgentConfigReason.ConfigRolledBack || ok.reason === AgentConfigReason.ConfigInvalid || ok.reason === AgentConfigReason.ConfigNotAllowed) return "rolledBack";
+  return "progressing";
+}
+
+// An int, or a percentage of total rounded down (the stricter reading of a limit).
+export function countOf(v: number | string | undefined, total: number, fallback: number): number {
+  if (v === undefined) return fallback;
+  if (typeof v === "number") return v;
+  const m = /^(\d+(?:\.\d+)?)%$/.exec(v.trim());
+  if (m) return Math.floor((Number(m[1]) / 100) * total);
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new Error(`${JSON.stringify(v)} is neither an int nor a percentage`);
+  return n;
 }

@@ -15,7 +15,7 @@ import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, Placem
 import { AgentConfigConditionType, AgentConfigMessage, AgentConfigName, AgentConfigReason, AgentConfigResource, type AgentConfig, type AgentSettings } from "../shared/api/agent-config.ts";
 import { InstallTimeHash, settingsHash } from "../shared/agent-config.ts";
 import { rfc3339 } from "../shared/clock.ts";
-import { RolloutLabel, RolloutNamespaceAnnotation } from "../functions/agent-config-rollout/reconcile.ts";
+import { RolloutLabel, RolloutNamespaceAnnotation } from "../shared/agent-config.ts";
 
 const root = join(import.meta.dirname, "..");
 const suffix = () => Math.random().toString(36).slice(2, 7);

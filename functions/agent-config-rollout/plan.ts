@@ -1,35 +1,9 @@
 // Which clusters a fleet-level AgentConfig's rollout updates next, with no I/O: each cluster's state
 // from its own AgentConfig, the rollout strategy's order and pace (OCM's All, Progressive with
 // maxConcurrency, ProgressivePerGroup), and the halt once more clusters rolled back than maxRolledBack.
-import { AgentConfigConditionType, AgentConfigReason, RolloutPhase, type AgentConfig } from "../../shared/api/agent-config.ts";
+import { RolloutPhase } from "../../shared/api/agent-config.ts";
 import type { RolloutStrategy } from "../../shared/api/cluster.ts";
-import { findCondition } from "../../shared/conditions.ts";
-import { settingsHash } from "../../shared/agent-config.ts";
-
-// pending: not given this config yet; progressing: given it, on trial; succeeded: it became the
-// cluster's last-known-good; rolledBack: the cluster refused it or rolled it back.
-export type ClusterState = "pending" | "progressing" | "succeeded" | "rolledBack";
-
-export function clusterState(config: AgentConfig | undefined, hash: string): ClusterState {
-  if (!config || settingsHash(config.spec?.settings ?? {}) !== hash) return "pending";
-  const status = config.status;
-  const ok = findCondition(status?.conditions, AgentConfigConditionType.AgentConfigOK);
-  if (status?.assigned?.hash !== hash || !ok) return "progressing";
-  if (ok.reason === AgentConfigReason.ConfigActive && status.active?.hash === hash) return "succeeded";
-  if (ok.reason === AgentConfigReason.ConfigRolledBack || ok.reason === AgentConfigReason.ConfigInvalid || ok.reason === AgentConfigReason.ConfigNotAllowed) return "rolledBack";
-  return "progressing";
-}
-
-// An int, or a percentage of total rounded down (the stricter reading of a limit).
-export function countOf(v: number | string | undefined, total: number, fallback: number): number {
-  if (v === undefined) return fallback;
-  if (typeof v === "number") return v;
-  const m = /^(\d+(?:\.\d+)?)%$/.exec(v.trim());
-  if (m) return Math.floor((Number(m[1]) / 100) * total);
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new Error(`${JSON.stringify(v)} is neither an int nor a percentage`);
-  return n;
-}
+import { countOf, type ClusterState } from "../../shared/agent-config.ts";
 
 export type Target = { cluster: string; group: number; groupName: string };
 export type Plan = { phase: RolloutPhase; update: string[]; updated: string[]; rolledBack: string[] };

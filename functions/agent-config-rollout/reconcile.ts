@@ -8,14 +8,11 @@ import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../
 import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
-import { settingsHash } from "../../shared/agent-config.ts";
+import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, settingsHash, type ClusterState } from "../../shared/agent-config.ts";
 import { AgentConfigGroup, AgentConfigName, AgentConfigResource, type AgentConfig } from "../../shared/api/agent-config.ts";
 import { ClusterGroup, ClusterLabel, PlacementDecisionResource, PlacementResource, type Placement, type PlacementDecision } from "../../shared/api/cluster.ts";
-import { clusterState, plan, type ClusterState, type Target } from "./plan.ts";
+import { plan, type Target } from "./plan.ts";
 
-// On each cluster's AgentConfig the rollout writes: which fleet-level config it came from.
-export const RolloutLabel = `${AgentConfigGroup}/rollout`;
-export const RolloutNamespaceAnnotation = `${AgentConfigGroup}/rollout-namespace`;
 
 export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;

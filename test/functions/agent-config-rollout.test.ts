@@ -10,8 +10,8 @@ import { AgentConfigConditionType, AgentConfigName, AgentConfigReason, AgentConf
 import { settingsHash } from "../../shared/agent-config.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, type Io } from "../../shared/harness.ts";
-import { spec, RolloutLabel, type Config } from "../../functions/agent-config-rollout/reconcile.ts";
-import { countOf } from "../../functions/agent-config-rollout/plan.ts";
+import { spec, type Config } from "../../functions/agent-config-rollout/reconcile.ts";
+import { RolloutLabel, countOf } from "../../shared/agent-config.ts";
 import { objectEvent, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
