@@ -33,18 +33,9 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   if (!fleet || fleet.metadata.deletionTimestamp || !isFleetLevel(fleet)) return done;
   const placement = fleet.spec!.placementRef!.name;
   const hash = settingsHash(fleet.spec?.settings ?? {});
-  const [targets, existing] = await Promise.all([
-    decidedClusters(hub, namespace, placement),
-    hub.list<AgentConfig>(AgentConfigResource, { labelSelector: `${RolloutLabel}=${key.name}` }),
-  ]);
-  const perCluster = new Map(existing.items.filter((c) => c.metadata.name === AgentConfigName && c.metadata.annotations?.[RolloutNamespaceAnnotation] === namespace).map((c) => [c.metadata.namespace!, c]));
-  // a cluster's own config made by hand is read too: the rollout takes it over when its turn comes
-  await Promise.all(
-    (targets ?? []).filter((t) => !perCluster.has(t.cluster)).map(async (t) => {
-      const own = await hub.get<AgentConfig>(AgentConfigResource, AgentConfigName, t.cluster);
-      if (own) perCluster.set(t.cluster, own);
-    }),
-  );
+  // every cluster's own config in one list: the rollout's earlier writes and any made by hand
+  const [targets, existing] = await Promise.all([decidedClusters(hub, namespace, placement), hub.list<AgentConfig>(AgentConfigResource, { fieldSelector: `metadata.name=${AgentConfigName}` })]);
+  const perCluster = new Map(existing.items.map((c) => [c.metadata.namespace!, c]));
   const states = new Map<string, ClusterState>((targets ?? []).map((t) => [t.cluster, clusterState(perCluster.get(t.cluster), hash)]));
   const next = plan({ strategy: fleet.spec?.rolloutStrategy, targets: targets ?? [], states, maxRolledBack: fleet.spec?.maxRolledBack });
   for (const cluster of next.update) await assign(io, hub, fleet, cluster, perCluster.get(cluster));
