@@ -89,6 +89,35 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
   }
 }
 
+// controller-runtime's workqueue promise, per process: one key is never reconciled twice at once, and
+// the events that arrive while it runs fold into a single run after it (which reads what they changed).
+// Concurrent runs of one key would read the same state and write over each other: conflicts at best,
+// a rollout's wave assigned twice at worst. Replicas of a function are kept apart by resourceVersions.
+type Turn = { last: Promise<Outcome>; waiting?: Promise<Outcome> };
+const turnsByIo = new WeakMap<object, Map<string, Turn>>();
+
+function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Outcome> {
+  let turns = turnsByIo.get(io);
+  if (!turns) turnsByIo.set(io, (turns = new Map()));
+  const id = JSON.stringify([spec.name, key.cluster, key.namespace ?? "", key.name]);
+  const turn = turns.get(id);
+  if (turn?.waiting) return turn.waiting; // not begun yet: it will read this event's state too
+  const begin = () => {
+    if (entry.waiting === run) entry.waiting = undefined;
+    return reconcileKey(spec, io, key);
+  };
+  const run: Promise<Outcome> = turn ? turn.last.then(begin, begin) : Promise.resolve().then(begin);
+  const entry: Turn = turn ?? { last: run };
+  entry.last = run;
+  entry.waiting = run;
+  turns.set(id, entry);
+  const forget = () => {
+    if (entry.last === run) turns.delete(id);
+  };
+  run.then(forget, forget);
+  return run;
+}
+
 // Which HTTP status a failure becomes. Never the Kubernetes code itself: a leaked 404 or 409 would
 // be misread by the ApiServerSource adapter and by Brokers. An RBAC defect is a 500: the source's
 // bounded retries may still find the permission granted, and the log names what is missing.
@@ -136,7 +165,7 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
   const replies: Reply[] = [];
   for (const key of keys) {
     try {
-      const outcome = await reconcileKey(spec, io, key);
+      const outcome = await reconcileInTurn(spec, io, key);
       if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
     } catch (err) {
       const reply = replyFor(err);

@@ -122,3 +122,52 @@ describe("several keys", () => {
     expect(reply.statusCode).toBe(500);
   });
 });
+
+describe("one key at a time", () => {
+  it("never runs a key twice at once, and folds the events that come meanwhile into one more run", async () => {
+    const user = `turns-${suffix()}`;
+    await grantList(user);
+    const { io } = await ioFor(user);
+    let running = 0;
+    let most = 0;
+    const runs: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const spec = lister([{ cluster: HUB, namespace: "default", name: "same" }], async () => {
+      most = Math.max(most, ++running);
+      runs.push(runs.length === 0 ? "first" : "after");
+      if (runs.length === 1) await gate; // the first run holds until every other event has arrived
+      running--;
+    });
+    const first = handleEvent(spec, io, tickEvent(HUB));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const meanwhile = Array.from({ length: 4 }, () => handleEvent(spec, io, tickEvent(HUB)));
+    release();
+    const replies = await Promise.all([first, ...meanwhile]);
+    expect(replies.map((r) => r.statusCode)).toEqual([204, 204, 204, 204, 204]);
+    expect(most).toBe(1);
+    expect(runs).toEqual(["first", "after"]);
+  });
+
+  it("runs different keys side by side (control)", async () => {
+    const user = `side-${suffix()}`;
+    await grantList(user);
+    const { io } = await ioFor(user);
+    let running = 0;
+    let most = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const spec = (name: string) =>
+      lister([{ cluster: HUB, namespace: "default", name }], async () => {
+        most = Math.max(most, ++running);
+        if (name === "a") await gate;
+        running--;
+      });
+    const a = handleEvent(spec("a"), io, tickEvent(HUB));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const b = await handleEvent(spec("b"), io, tickEvent(HUB));
+    release();
+    expect([(await a).statusCode, b.statusCode]).toEqual([204, 204]);
+    expect(most).toBe(2);
+  });
+});
