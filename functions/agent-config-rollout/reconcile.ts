@@ -9,7 +9,7 @@ import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, settingsHash, type ClusterState } from "../../shared/agent-config.ts";
-import { AgentConfigGroup, AgentConfigName, AgentConfigResource, type AgentConfig } from "../../shared/api/agent-config.ts";
+import { AgentConfigGroup, AgentConfigName, AgentConfigResource, RolloutPhase, type AgentConfig } from "../../shared/api/agent-config.ts";
 import { ClusterGroup, ClusterLabel, PlacementDecisionResource, PlacementResource, type Placement, type PlacementDecision } from "../../shared/api/cluster.ts";
 import { plan, type Target } from "./plan.ts";
 
@@ -36,13 +36,25 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   // every cluster's own config in one list: the rollout's earlier writes and any made by hand
   const [targets, existing] = await Promise.all([decidedClusters(hub, namespace, placement), hub.list<AgentConfig>(AgentConfigResource, { fieldSelector: `metadata.name=${AgentConfigName}` })]);
   const perCluster = new Map(existing.items.map((c) => [c.metadata.namespace!, c]));
-  const states = new Map<string, ClusterState>((targets ?? []).map((t) => [t.cluster, clusterState(perCluster.get(t.cluster), hash)]));
+  // Clusters a reconcile claimed for this config (in status, below) count as in flight even before
+  // their own config shows it: a wave is never handed out twice, nor past a halt.
+  const claimed = new Set(fleet.status?.assigned?.hash === hash ? (fleet.status.rollout?.updated ?? []) : []);
+  const states = new Map<string, ClusterState>(
+    (targets ?? []).map((t) => {
+      const state = clusterState(perCluster.get(t.cluster), hash);
+      return [t.cluster, state === "pending" && claimed.has(t.cluster) ? "progressing" : state];
+    }),
+  );
   const next = plan({ strategy: fleet.spec?.rolloutStrategy, targets: targets ?? [], states, maxRolledBack: fleet.spec?.maxRolledBack });
-  for (const cluster of next.update) await assign(io, hub, fleet, cluster, perCluster.get(cluster));
   const updated = [...new Set([...next.updated, ...next.update])].sort();
+  // The claim first: the status write carries the resourceVersion this plan was made from, so of two
+  // reconciles planning from one state only one goes on; the other's 409 sends it back to read the claim.
   const status = { ...fleet.status, assigned: { hash }, rollout: { phase: next.phase, updated, rolledBack: next.rolledBack } };
   if (await patchStatusIfChanged(hub, AgentConfigResource, fleet, status))
     io.log.info({ config: key, phase: next.phase, updated: updated.length, rolledBack: next.rolledBack }, "rollout status updated");
+  if (next.phase === RolloutPhase.Halted) return done;
+  // This wave, and any claimed cluster an earlier reconcile did not get to (it failed between the two)
+  for (const cluster of updated) if (clusterState(perCluster.get(cluster), hash) === "pending") await assign(io, hub, fleet, cluster, perCluster.get(cluster));
   return done;
 }
 

@@ -145,6 +145,47 @@ describe("the halt", () => {
     for (const other of f.clusters.slice(5)) expect(await configOf(other)).toBeUndefined();
   });
 
+  it("is a hard stop with two replicas: a wave planned before the halt was claimed first, and nothing outside the claims is ever assigned", async () => {
+    const f = await fleet([6]);
+    await rollout(f, { type: "Progressive", progressive: { maxConcurrency: 2 } }, 1);
+    await run(f);
+    const [a, b, c] = f.clusters;
+    await verdict(a!, "rolledBack"); // one rollback is tolerated; b is still on trial
+    // Replica A plans the next wave (c) and is held before its writes to the clusters reach the hub.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let holding!: () => void;
+    const isHolding = new Promise<void>((resolve) => (holding = resolve));
+    const slow = io.cluster(HUB);
+    const client = new Proxy(slow, {
+      get(target, prop, receiver) {
+        if (prop !== "create" && prop !== "update") return Reflect.get(target, prop, receiver);
+        return async (...args: unknown[]) => {
+          if ((args[0] as { kind?: string }).kind === AgentConfigResource.kind && args[2] === undefined) {
+            holding();
+            await held;
+          }
+          return (Reflect.get(target, prop, receiver) as (...x: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const replicaA = spec.reconcile({ ...io, cluster: () => client }, { cluster: HUB, namespace: f.ns, name: "tuning" });
+    await isHolding;
+    // Meanwhile b rolls back too, and replica B, which is not held, sees the halt.
+    await verdict(b!, "rolledBack");
+    await spec.reconcile(testIo({ [HUB]: await readyIdentity(plane.cluster, spec.name, [AgentConfigResource]) }, { hubCluster: HUB }, clock), { cluster: HUB, namespace: f.ns, name: "tuning" });
+    const halted = (await fleetStatus(f))!.rollout!;
+    expect(halted.phase).toBe("Halted");
+    release();
+    await replicaA;
+    // A's wave was claimed before the halt was seen, so it is in the halt's list; nothing else got the config
+    expect(halted.updated).toEqual([a, b, c]);
+    expect(await assigned(f)).toEqual(halted.updated);
+    await run(f);
+    expect(await assigned(f)).toEqual([a, b, c]);
+    expect((await fleetStatus(f))!.rollout).toEqual({ phase: "Halted", updated: [a, b, c], rolledBack: [a, b] });
+  });
+
   it("reads maxRolledBack as an int or a percentage rounded down", () => {
     expect(countOf("10%", 10, 0)).toBe(1);
     expect(countOf("15%", 10, 0)).toBe(1);
