@@ -105,11 +105,7 @@ async function joined(fleet: Fleet): Promise<void> {
       if (!isTrue(mc?.status?.conditions, "ManagedClusterJoined")) return undefined;
       const got = await bootstrappedHubClient(spoke, secrets, new Date());
       if (!("hub" in got)) return undefined;
-      try {
-        return await got.hub.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C }).then(() => true, () => undefined);
-      } finally {
-        got.hub.close();
-      }
+      return got.hub.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C }).then(() => true, () => undefined);
     }, `${C} joined`);
   } finally {
     spoke.close();

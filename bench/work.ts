@@ -135,7 +135,6 @@ async function joinedWithWorkAccess(hub: KubeClient, io: Io<Config>): Promise<vo
       const got = await bootstrappedHubClient(io.cluster(CLUSTER), io.config, new Date());
       if ("hub" in got) {
         const ok = await got.hub.list(ManifestWorkResource, { namespace: CLUSTER }).then(() => true, () => false);
-        got.hub.close();
         if (ok) return;
       }
     }

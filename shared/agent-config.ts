@@ -146,8 +146,9 @@ export function nextHealthRecord(previous: HealthRecord | undefined, observed: H
 
 // Writes the component's record under `key` in the agent-health ConfigMap when its hash or outcome
 // changed; true when it wrote. Each component patches only its own key, so writers never conflict.
-export async function recordHealth(client: KubeClient, namespace: string, key: HealthKey, observed: HealthObservation, now: Date): Promise<boolean> {
-  const cm = await client.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, namespace);
+// `read` is the ConfigMap as the caller has just read it (null: absent), which saves reading it again.
+export async function recordHealth(client: KubeClient, namespace: string, key: HealthKey, observed: HealthObservation, now: Date, read?: ConfigMap | null): Promise<boolean> {
+  const cm = read === undefined ? await client.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, namespace) : (read ?? undefined);
   const next = nextHealthRecord(parseHealthRecords(cm?.data)[key], observed, now);
   if (!next) return false;
   const data = { [key]: JSON.stringify(next) };

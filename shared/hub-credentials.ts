@@ -120,27 +120,47 @@ export function shouldRotate(cert: CertificateInfo, now: Date, certPem: string):
 export type AgentSecrets = { agentNamespace: string; bootstrapSecret: string; hubSecret: string; clusterName: string };
 
 // The hub as the cluster's own identity, for spoke functions that run after bootstrap. `reason` says
-// why there is none yet (no bootstrap kubeconfig, not bootstrapped, expired certificate...).
+// why there is none yet (no bootstrap kubeconfig, not bootstrapped, expired certificate...). The client
+// is shared and stays open: callers never close it.
 export async function bootstrappedHubClient(spoke: KubeClient, s: AgentSecrets, now: Date): Promise<{ hub: KubeClient } | { reason: string }> {
   const [bootstrapSecret, hubSecret] = await Promise.all([
     spoke.get<Secret>(SecretResource, s.bootstrapSecret, s.agentNamespace),
     spoke.get<Secret>(SecretResource, s.hubSecret, s.agentNamespace),
   ]);
+  const cached = hubClients.get(spoke)?.get(cacheKey(s));
+  const versions = versionsOf(bootstrapSecret, hubSecret);
+  if (cached && cached.versions === versions && now.getTime() < cached.notAfter) return { hub: cached.hub };
   const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
   if (!bootstrapText) return { reason: "no bootstrap kubeconfig" };
   const judged = judgeHubSecret({ hubSecret, bootstrap: hubEndpoint(bootstrapText), clusterName: s.clusterName, now });
   if (!judged.valid) return { reason: judged.reason };
-  return { hub: clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!) };
+  const hub = clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!);
+  remember(spoke, s, { versions, hub, notAfter: judged.cert.notAfter.getTime() });
+  return { hub };
 }
 
-// The hub as the cluster's own identity for one use, closed after. Until the agent is bootstrapped a
-// spoke function has nothing to do as that identity: `notYet` answers instead, with the reason.
+// One client per agent identity, kept while both secrets are the versions it was judged and built from:
+// parsing a kubeconfig and a certificate, and a TLS handshake on every reconcile, would cost more than
+// the reconcile. A new secret version (rotation, re-bootstrap) is judged afresh; the replaced client is
+// closed a little later, once the calls already made with it have ended.
+type CachedHub = { versions: string; hub: KubeClient; notAfter: number };
+const hubClients = new WeakMap<KubeClient, Map<string, CachedHub>>();
+const REPLACED_CLIENT_CLOSE_MS = 60_000;
+const cacheKey = (s: AgentSecrets) => JSON.stringify([s.agentNamespace, s.bootstrapSecret, s.hubSecret, s.clusterName]);
+const versionsOf = (...secrets: (Secret | undefined)[]) => secrets.map((x) => `${x?.metadata.uid ?? ""}@${x?.metadata.resourceVersion ?? ""}`).join(",");
+
+function remember(spoke: KubeClient, s: AgentSecrets, entry: CachedHub): void {
+  let byIdentity = hubClients.get(spoke);
+  if (!byIdentity) hubClients.set(spoke, (byIdentity = new Map()));
+  const replaced = byIdentity.get(cacheKey(s));
+  byIdentity.set(cacheKey(s), entry);
+  if (replaced) setTimeout(() => replaced.hub.close(), REPLACED_CLIENT_CLOSE_MS).unref();
+}
+
+// The hub as the cluster's own identity for one use. Until the agent is bootstrapped a spoke function
+// has nothing to do as that identity: `notYet` answers instead, with the reason.
 export async function withAgentHub<T>(spoke: KubeClient, s: AgentSecrets, now: Date, use: (hub: KubeClient) => Promise<T>, notYet: (reason: string) => T): Promise<T> {
   const got = await bootstrappedHubClient(spoke, s, now);
   if (!("hub" in got)) return notYet(got.reason);
-  try {
-    return await use(got.hub);
-  } finally {
-    got.hub.close();
-  }
+  return use(got.hub);
 }

@@ -119,11 +119,7 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
     io.log.info({ reason: got.reason }, "skipped: no hub identity yet, nothing judged");
     return done;
   }
-  try {
-    return await reconcileWithHub(io, spoke, got.hub);
-  } finally {
-    got.hub.close();
-  }
+  return reconcileWithHub(io, spoke, got.hub);
 }
 
 const readCheckpoint = async (spoke: KubeClient, c: Config): Promise<Checkpoint> =>
@@ -177,7 +173,7 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
 
   // The spoke first: what the agent runs must not depend on the report reaching the hub.
   const wrote = await writeCheckpoint(o.spoke, c.agentNamespace, o.checkpointMap, judged.checkpoint);
-  await recordHubReach(o.spoke, c, judged.checkpoint, o.now);
+  await recordHubReach(o.spoke, c, judged.checkpoint, o.now, undefined, healthMap ?? null);
   if (assigned) {
     const conditions = setCondition(assigned.status?.conditions, { ...judged.condition, observedGeneration: assigned.metadata.generation as number | undefined }, o.now);
     const status: AgentConfigStatus = {
@@ -201,8 +197,8 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
 // The function's own health record: whether it reaches the hub as the cluster, and since when. A trial's
 // failures count only from the moment the hub was last seen reachable (docs/agent-config.md: a rollback
 // happens within one lease duration of the hub being reachable while renewals fail).
-async function recordHubReach(spoke: KubeClient, c: Config, checkpoint: Checkpoint, now: Date, error?: string): Promise<void> {
-  await recordHealth(spoke, c.agentNamespace, HealthKey.AgentConfig, { hash: checkpoint.active.hash, ok: error === undefined, error }, now);
+async function recordHubReach(spoke: KubeClient, c: Config, checkpoint: Checkpoint, now: Date, error?: string, healthMap?: ConfigMap | null): Promise<void> {
+  await recordHealth(spoke, c.agentNamespace, HealthKey.AgentConfig, { hash: checkpoint.active.hash, ok: error === undefined, error }, now, healthMap);
 }
 
 async function writeCheckpoint(spoke: KubeClient, namespace: string, existing: ConfigMap | undefined, next: Checkpoint): Promise<boolean> {
@@ -313,14 +309,17 @@ function judgeTrial(cp: Checkpoint, i: JudgeInput): TrialJudgement {
   const now = i.now.getTime();
   const started = Date.parse(a.since);
   const until = started + a.trialSeconds * 1000;
+  // The hub seen back during the trial means an outage: the components' retries, backed off for up to
+  // a lease, get one more lease to find the hub again before their failures or silence count.
   const reachable = i.hubReachableSince.getTime();
+  const countFrom = reachable > started ? reachable + i.leaseMs : reachable;
   const rollBack = (reason: string): TrialJudgement => ({ checkpoint: { ...cp, active: cp.lastKnownGood, failed: { hash: a.hash, reason } } });
   const waits: number[] = [];
 
   for (const key of TrialHealthKeys) {
     const r = i.health[key];
     if (!r || r.hash !== a.hash || r.ok) continue;
-    const failingFrom = Math.max(Date.parse(r.since), reachable, started);
+    const failingFrom = Math.max(Date.parse(r.since), countFrom, started);
     if (now - failingFrom >= i.leaseMs) return rollBack(`${key} failing since ${r.since}${r.error ? `: ${r.error}` : ""}`);
     waits.push(failingFrom + i.leaseMs - now);
   }
@@ -328,7 +327,7 @@ function judgeTrial(cp: Checkpoint, i: JudgeInput): TrialJudgement {
 
   const silent = TrialHealthKeys.filter((k) => i.health[k]?.hash !== a.hash);
   if (silent.length === 0 && waits.length === 0) return { checkpoint: { ...cp, lastKnownGood: { hash: a.hash, settings: a.settings } } };
-  const silentFrom = Math.max(until, reachable);
+  const silentFrom = Math.max(until, countFrom);
   if (silent.length > 0) {
     if (now - silentFrom >= i.leaseMs) return rollBack(`${silent.join(" and ")} did not report running it by the end of its trial`);
     waits.push(silentFrom + i.leaseMs - now);

@@ -35,7 +35,7 @@ import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Io, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
-import { spec, ConfigSchema, type Config } from "../../functions/agent-config/reconcile.ts";
+import { spec, judge, ConfigSchema, type Config } from "../../functions/agent-config/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
@@ -364,10 +364,14 @@ describe("a hub outage during a trial", { timeout: FLEET_TEST_MS * 2 }, () => {
       await startApiserver(hubPlane);
     }
 
-    // Back: the heartbeat's failures while the hub was down are not the config's; it gets a lease duration.
+    // Back: the heartbeat's failures while the hub was down are not the config's. Its retries were
+    // backed off for up to a lease, so it gets one lease to find the hub, and one more to stay failing.
     a.clock.advance(1_000);
-    await eventually(async () => expect(await a.run()).toEqual({ recheckInMs: leaseMs }));
+    await eventually(async () => expect(await a.run()).toEqual({ recheckInMs: 2 * leaseMs }));
     expect((await checkpointMap())?.metadata.resourceVersion).toBe(kept?.metadata.resourceVersion);
+    expect(await reported()).toMatchObject({ reason: AgentConfigReason.ConfigOnTrial });
+    a.clock.advance(leaseMs + 5_000); // a lease after the return, the heartbeat has not retried yet: still no verdict
+    expect(await a.run()).toEqual({ recheckInMs: leaseMs - 5_000 });
     expect(await reported()).toMatchObject({ reason: AgentConfigReason.ConfigOnTrial });
 
     a.clock.advance(5_000);
@@ -376,6 +380,38 @@ describe("a hub outage during a trial", { timeout: FLEET_TEST_MS * 2 }, () => {
     expect(await checkpoint()).toMatchObject({ active: { hash }, lastKnownGood: { hash } });
     expect(await reported()).toMatchObject({ reason: AgentConfigReason.ConfigActive, status: "True" });
     expect(await mirrored()).toMatchObject({ reason: AgentConfigReason.ConfigActive, status: "True" });
+  });
+});
+
+describe("the margin after an outage, on values", () => {
+  const lease = 60_000;
+  const settings = { logLevel: "debug" as const };
+  const hash = settingsHash(settings);
+  const t0 = Date.parse("2026-01-01T00:00:00Z");
+  const at = (ms: number) => new Date(t0 + ms);
+  const verdictAt = (now: number, reachableSince: number) =>
+    judge({
+      assigned: { metadata: { name: AgentConfigName, namespace: "c" }, spec: { settings, trialSeconds: 600 } },
+      checkpoint: { active: { hash, settings }, assigned: { hash, settings, trialSeconds: 600, since: at(0).toISOString() }, lastKnownGood: { hash: InstallTimeHash, settings: {} } },
+      health: { heartbeat: { hash, ok: false, since: at(10_000).toISOString(), error: "refused" }, statusSync: { hash, ok: true, since: at(0).toISOString() } },
+      now: at(now),
+      hubReachableSince: at(reachableSince),
+      leaseMs: lease,
+      allow: "all",
+      installTime: {},
+      defaultTrialSeconds: 120,
+    }).condition.reason;
+
+  it("without an outage, a failing heartbeat rolls back one lease after it began failing", () => {
+    expect(verdictAt(10_000 + lease - 1, 0)).toBe(AgentConfigReason.ConfigOnTrial);
+    expect(verdictAt(10_000 + lease, 0)).toBe(AgentConfigReason.ConfigRolledBack);
+  });
+
+  it("after the hub came back during the trial, the failures count from a lease after its return, and not for ever", () => {
+    const back = 100_000;
+    expect(verdictAt(back + lease, back)).toBe(AgentConfigReason.ConfigOnTrial);
+    expect(verdictAt(back + 2 * lease - 1, back)).toBe(AgentConfigReason.ConfigOnTrial);
+    expect(verdictAt(back + 2 * lease, back)).toBe(AgentConfigReason.ConfigRolledBack);
   });
 });
 

@@ -11,7 +11,7 @@ import { ManagedClusterResource, ClusterLabel } from "../../shared/api/cluster.t
 import { ManagedClustersGroup } from "../../shared/api/registration.ts";
 import { applyManifests } from "../../shared/apply.ts";
 import { handleEvent, reconcileKey, serve } from "../../shared/harness.ts";
-import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
+import { bootstrappedHubClient, clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
 import { manualClock } from "../../shared/clock.ts";
 import { parseCertificateRequest, readCertificate } from "../../shared/pki.ts";
 import { spec, ConfigSchema, pendingSecretName, type Config } from "../../functions/spoke-registration/reconcile.ts";
@@ -201,6 +201,31 @@ describe("keeping and replacing the credentials", () => {
     await spokeAdmin.delete(SecretResource, pendingSecretName(agent.config), AGENT_NS); // as if the first request was lost
     await agent.reconcile();
     expect(await csrsOf(agent.config.clusterName)).toHaveLength(10);
+  });
+});
+
+describe("the hub client spoke functions share", () => {
+  it("is built once per secret version, judged again after a change, and gone with the secret or the certificate's life", async () => {
+    const agent = await newAgent();
+    const secret = await joinHub(agent);
+    const spoke = agent.io.cluster("spoke");
+    const now = agent.clock.now();
+    const first = await bootstrappedHubClient(spoke, agent.config, now);
+    const again = await bootstrappedHubClient(spoke, agent.config, now);
+    if (!("hub" in first) || !("hub" in again)) throw new Error("not bootstrapped");
+    expect(again.hub).toBe(first.hub);
+    expect(await again.hub.request<{ gitVersion: string }>("GET", "/version")).toHaveProperty("gitVersion"); // it works
+    // a new version of the hub secret (a rotation writes one) is judged and built afresh
+    await spokeAdmin.update(SecretResource, { ...secret, metadata: { ...secret.metadata, annotations: { touched: "yes" } } });
+    const afterChange = await bootstrappedHubClient(spoke, agent.config, now);
+    if (!("hub" in afterChange)) throw new Error(afterChange.reason);
+    expect(afterChange.hub).not.toBe(first.hub);
+    // past the certificate's life the kept client is not handed out
+    const expiry = readCertificate(secretText(secret, "tls.crt")!).notAfter.getTime();
+    expect(await bootstrappedHubClient(spoke, agent.config, new Date(expiry + 1_000))).toEqual({ reason: "the client certificate has expired" });
+    // nor once the secret is gone
+    await spokeAdmin.delete(SecretResource, agent.config.hubSecret, AGENT_NS);
+    expect(await bootstrappedHubClient(spoke, agent.config, now)).toEqual({ reason: "no hub kubeconfig yet" });
   });
 });
 

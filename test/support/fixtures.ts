@@ -81,11 +81,7 @@ export async function joinedThenQuiet(fleet: Fleet, cluster: string, io: Io<Agen
       if (!isTrue(mc?.status?.conditions, "ManagedClusterJoined")) throw new Error(`${cluster} is not Joined yet`);
       const got = await bootstrappedHubClient(io.cluster(cluster), io.config, new Date());
       if (!("hub" in got)) throw new Error(got.reason);
-      try {
-        await can(got.hub);
-      } finally {
-        got.hub.close();
-      }
+      await can(got.hub);
     },
     { timeoutMs: 60_000 },
   );
