@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
-import { isRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
+import { isRelayFed, isSpokeRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
 import { BootstrapServiceAccount, hubRelayName } from "../cli/render/hub.ts";
 import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
@@ -43,7 +43,7 @@ describe("a render", () => {
     expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([11, 6]);
   });
 
-  it.each(functions.filter(({ f }) => !isRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions", ({ name, f, objects }) => {
+  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions", ({ name, f, objects }) => {
     const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
     expect(mine.map((t) => t.metadata.name)).toEqual([name]);
     expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual(f.deploy.subscriptions);
@@ -63,6 +63,22 @@ describe("a render", () => {
     // the ApiServerSource no longer watches leases for anyone
     const apiServerSource = hub.find((o) => o.kind === "ApiServerSource")!;
     expect((apiServerSource.spec as { resources: { kind: string }[] }).resources.map((r) => r.kind)).not.toContain("Lease");
+  });
+
+  // agent-config asks to look again when a trial ends; a Broker drops that answer.
+  it("has the spoke's relay deliver straight to agent-config with its subscriptions' filters, and gives it no Trigger", () => {
+    expect(functions.filter(({ f }) => isSpokeRelayFed(f)).map((f) => f.name)).toEqual(["agent-config"]);
+    expect(of<Trigger>(spoke, "Trigger").filter((t) => t.spec.subscriber.ref.name === "agent-config")).toEqual([]);
+    const source = spoke.find((o) => o.kind === "ContainerSource")!;
+    const container = (source.spec as { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } }).template.spec.containers[0]!;
+    const config = configFromEnvironment(container.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, { K_SINK: "http://broker.example" });
+    const f = functions.find((x) => x.name === "agent-config")!.f;
+    expect(config.sinks).toEqual([
+      { name: "agent-config", url: "http://agent-config.open-cluster-management-agent.svc.cluster.local", filters: f.deploy.subscriptions.map((x) => x.filters) },
+      { name: "k-sink", url: "http://broker.example" },
+    ]);
+    // and the Service that URL names is in the render
+    expect(of(spoke, "Service").map((x) => x.metadata.name)).toContain("agent-config");
   });
 
   it.each(functions)("runs $name with func.yaml's env, its placeholders filled, under its own service account", ({ name, f, objects }) => {
@@ -90,7 +106,7 @@ describe("a render", () => {
     const [relay] = of<Source>(spoke, "ContainerSource");
     const text = relay!.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value;
     const config = configFromEnvironment(text, { K_SINK: "http://broker-ingress.example/ns/default" });
-    expect(config.sinks).toEqual([{ name: "k-sink", url: "http://broker-ingress.example/ns/default" }]);
+    expect(config.sinks.map((s) => [s.name, s.url])).toEqual([["agent-config", "http://agent-config.open-cluster-management-agent.svc.cluster.local"], ["k-sink", "http://broker-ingress.example/ns/default"]]);
     expect(config.ceOverrides.extensions).toEqual({}); // a `cluster` override would rename every source's cluster
     const subscribed = new Set(functions.filter((f) => f.side === "spoke").flatMap((f) => f.f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
     expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);

@@ -36,11 +36,13 @@ export type FuncYaml = z.infer<typeof FuncYamlSchema>;
 
 export type Side = "hub" | "spoke";
 
-// A hub function whose timing matters (its reconciles ask to look again at a given time) is fed by a
-// relay of its own instead of Triggers: the relay delivers straight to it and honours the
-// x-recheck-after-ms answer, which a Broker drops.
+// A function whose timing matters (its reconciles ask to look again at a given time) is fed by a relay
+// instead of Triggers: the relay delivers straight to it and honours the x-recheck-after-ms answer,
+// which a Broker drops. On the hub it gets a relay of its own ("hub-relay"); on the spoke the agent's
+// relay delivers to it directly ("spoke-relay").
 export const EventsAnnotation = "ocm-functions.io/events";
 export const isRelayFed = (f: FuncYaml) => f.deploy.annotations?.[EventsAnnotation] === "hub-relay";
+export const isSpokeRelayFed = (f: FuncYaml) => f.deploy.annotations?.[EventsAnnotation] === "spoke-relay";
 export type FunctionDeployment = FuncYaml & { side: Side };
 
 // A function that names the agent's namespace runs there, on the spoke; every other one runs on the hub,

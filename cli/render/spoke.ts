@@ -11,7 +11,7 @@ import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
 import { AppliedManifestWorkResource, ManifestWorkResource } from "../../shared/api/work.ts";
 import { BootstrapSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { RelayConfigSchema, agentSettingsCheckpoint, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
-import { readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import { isSpokeRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
 import {
   broker,
   brokerNames,
@@ -85,9 +85,13 @@ export function relayConfig(fns: readonly FunctionDeployment[], o: { spoke: stri
       ...(w.labelSelector ? { labelSelector: `${ClusterLabel.ClusterName}=${o.clusterName}` } : {}),
       ...(w.fieldSelector ? { fieldSelector: w.fieldSelector === "name" ? `metadata.name=${o.clusterName}` : w.fieldSelector } : {}),
     }));
+  // Functions that ask to be called again at a given time get their events from the relay itself, with
+  // their subscriptions' filters; every other one through the Broker (K_SINK) and its Triggers.
+  const direct = fns.filter(isSpokeRelayFed).map((f) => ({ name: f.name, url: `http://${f.name}.${o.agentNamespace}.svc.cluster.local`, filters: f.deploy.subscriptions.map((s) => s.filters) }));
   const config: RelayConfigInput = {
     clusters: { [o.spoke]: { inCluster: true }, [o.hub]: hubCredentialsFromAgentSecrets(o.spoke, o.agentNamespace) },
     sources,
+    ...(direct.length ? { sinks: direct } : {}),
     resync: { intervalMs: o.resyncSeconds * 1000 },
     // relayResyncSeconds of the active AgentConfig settings, when one is assigned (docs/agent-config.md)
     agentSettings: agentSettingsCheckpoint(o.spoke, o.agentNamespace),
@@ -171,7 +175,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   const ns = one("deploy.namespace", fns.map((f) => f.deploy.namespace));
   const spoke = one("OCM_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME")));
   const hub = one("OCM_HUB_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_HUB_CLUSTER_NAME")));
-  const brokerName = one("the Broker they subscribe to", brokerNames(fns));
+  const brokerName = one("the Broker they subscribe to", brokerNames(fns.filter((f) => !isSpokeRelayFed(f))));
   const config = relayConfig(fns, { spoke, hub, clusterName, agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60 });
 
   const objects: Manifest[] = [namespace(ns), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
@@ -187,7 +191,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name }),
       ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
-      ...triggers(f, ns, o),
+      ...(isSpokeRelayFed(f) ? [] : triggers(f, ns, o)),
     );
   }
   objects.push(

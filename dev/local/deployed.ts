@@ -208,8 +208,13 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       const config = parse(env.OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput;
       // in-cluster credentials are the pod's service account: here, the same identity from a file
       for (const [cluster, creds] of Object.entries(config.clusters)) if ("inCluster" in creds) config.clusters[cluster] = { kubeconfigFile: file };
+      // a sink the render addressed by a function Service's cluster-local name: that function's process
+      config.sinks = (config.sinks ?? []).map((s) => {
+        const m = /^http:\/\/([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local\/?$/.exec(s.url);
+        return m && m[2] === o.namespace ? { ...s, url: urlOf({ apiVersion: "serving.knative.dev/v1", kind: "Service", name: m[1]! }) } : s;
+      });
       const sink = sinkOf(cs.spec.sink.ref);
-      if ("sinks" in sink) config.sinks = [...(config.sinks ?? []), ...sink.sinks];
+      if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
       start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
