@@ -825,7 +825,7 @@ function instrumentRequests(): Counters {
   const callerOf = (client: KubeClient): string => {
     const tagged = tags.get(client);
     if (tagged) return tagged;
-    const user = client.kubeConfig.getCurrentUser()?.name ?? "";
+    const user = client.user.name;
     if (user === HubKubeconfigLayout.user) return "cluster identity";
     if (user.startsWith(`ocm-functions:${rolloutFn.spec.name}`)) return "rollout";
     if (user.startsWith(`ocm-functions:${agentConfigFn.spec.name}:`)) return "agent-config";

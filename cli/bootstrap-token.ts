@@ -3,7 +3,6 @@
 // extra group system:bootstrappers:managedcluster, which manifests/hub/bootstrap-rbac.yaml binds), and
 // the bootstrap kubeconfig built from it with the hub's URL and CA.
 import { randomInt } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { SecretResource } from "../shared/api/kube.ts";
 import { rfc3339 } from "../shared/clock.ts";
 import type { KubeClient } from "../shared/kube/client.ts";
@@ -20,10 +19,7 @@ const randomToken = (n: number) => Array.from({ length: n }, () => alphabet[rand
 
 // The hub as the admin's kubeconfig names it; the CA must be there, since the join command carries it.
 export function hubEndpointOf(hub: KubeClient): HubEndpoint {
-  const cluster = hub.kubeConfig.getCurrentCluster()!;
-  let caPem: string | undefined;
-  if (cluster.caData) caPem = Buffer.from(cluster.caData, "base64").toString();
-  else if (cluster.caFile) caPem = readFileSync(cluster.caFile, "utf8");
+  const caPem = hub.cluster.caPem;
   if (!caPem) throw new Error(`the hub kubeconfig names no certificate authority for ${hub.server} (certificate-authority-data or certificate-authority): a joining cluster needs it to trust the hub`);
   return { server: hub.server, caPem };
 }

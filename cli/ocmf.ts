@@ -3,7 +3,7 @@
 // else (for the hub) the local hub of `npm start` (hub-kubeconfig.ts): the hub for every command but
 // join and uninstall spoke, which act on the spoke. A failure is one line on stderr and exit code 1.
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { Command } from "commander";
 import type { KubeClient } from "../shared/kube/client.ts";
 import { commands, type Cli } from "./commands.ts";
@@ -29,8 +29,9 @@ const cli: Cli = {
       } catch (err) {
         throw new Error(`cannot read the ${role} kubeconfig: ${(err as Error).message}`);
       }
-      const { KubeClient } = await import("../shared/kube/client.ts");
-      opened = { client: KubeClient.fromKubeconfig(text), file, role };
+      const [{ KubeClient }, { parseKubeconfig }] = await Promise.all([import("../shared/kube/client.ts"), import("../shared/kube/kubeconfig.ts")]);
+      // relative file names in it are relative to the file, as kubectl reads them
+      opened = { client: new KubeClient(parseKubeconfig(text, { dir: dirname(resolve(file)), what: file })), file, role };
     }
     return opened.client;
   },

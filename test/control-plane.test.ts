@@ -12,12 +12,13 @@ import {
   CertificatesV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  KubeConfig,
   RbacAuthorizationV1Api,
   PatchStrategy,
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
-import { buildKubeconfig, kubeConfigFrom } from "../shared/kube/kubeconfig.ts";
+import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
 import { createCertificateRequest, generateKeyPair, privateKeyToPem } from "../shared/pki.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -25,6 +26,12 @@ const run = promisify(execFile);
 const MC = { group: "cluster.open-cluster-management.io", version: "v1", plural: "managedclusters" } as const;
 const suffix = () => Math.random().toString(36).slice(2, 8);
 const statusOf = (err: unknown) => (err instanceof ApiException ? err.code : undefined);
+// This file drives the clusters through client-node's typed APIs, as any Kubernetes client would.
+function kubeConfigFrom(text: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromString(text);
+  return kc;
+}
 
 let local: LocalClusters;
 beforeAll(async () => {

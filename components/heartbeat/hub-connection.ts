@@ -56,7 +56,7 @@ function judgeSecrets(o: { bootstrapSecret?: Secret; hubSecret?: Secret; cluster
     // The secret stays as the registration wrote it (and judgeHubSecret compares its proxy-url with the
     // bootstrap one): the settings' proxy goes only into the client built from it.
     const hub = clientWithSecretFiles(withProxyURL(secretText(hubSecret, HubSecretKey.Kubeconfig)!, o.proxyURL), hubSecret!);
-    const proxyURL = hub.kubeConfig.getCurrentCluster()?.proxyUrl ?? "";
+    const proxyURL = hub.cluster.proxyUrl ?? "";
     return { ok: true, connection: { hub, identity: judged.cert.commonName, notAfter: judged.cert.notAfter, proxyURL } };
   } catch (err) {
     return fail(`unusable agent secrets: ${err instanceof Error ? err.message : String(err)}`);

@@ -1,8 +1,6 @@
 // The heartbeat sidecar as a process: `node components/heartbeat/main.ts`, configured from the environment. It reads
 // the agent's secrets on the management cluster (KUBECONFIG, else the pod's service account) and renews
 // the cluster lease on the hub. On SIGTERM/SIGINT it stops and logs its counters.
-import { readFileSync } from "node:fs";
-import { KubeConfig } from "@kubernetes/client-node";
 import { z } from "zod";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { jsonLog } from "../../shared/harness.ts";
@@ -37,12 +35,9 @@ function configFromEnv(env: NodeJS.ProcessEnv): Config {
 }
 
 function managementClient(c: Config): KubeClient {
-  if (c.kubeconfig) return KubeClient.fromKubeconfig(readFileSync(c.kubeconfig, "utf8"));
-  // client-node would load a cluster without a server and fail every request later.
+  if (c.kubeconfig) return KubeClient.fromKubeconfigFile(c.kubeconfig);
   if (!process.env.KUBERNETES_SERVICE_HOST) throw new Error("no management-cluster credentials: set KUBECONFIG, or run in a pod");
-  const kc = new KubeConfig();
-  kc.loadFromCluster();
-  return new KubeClient(kc);
+  return KubeClient.inCluster();
 }
 
 // Module loading, JIT warm-up and the first TLS handshakes are over by then.

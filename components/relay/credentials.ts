@@ -2,8 +2,6 @@
 // another cluster that is watched, with a fallback Secret used while the first is missing or invalid.
 // When the chosen credentials change, subscribers (the cluster's sources) restart their watches.
 import { createHash, createPrivateKey, X509Certificate } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { KubeConfig } from "@kubernetes/client-node";
 import { SecretResource } from "../../shared/api/kube.ts";
 import type { Clock } from "../../shared/clock.ts";
 import type { Log } from "../../shared/harness.ts";
@@ -24,15 +22,12 @@ export type CredentialProvider = {
 
 type Resolved = { ok: true; client: KubeClient; user: string; fingerprint: string; notAfter?: Date } | { ok: false; reason: string };
 
-export function staticCredentials(kubeconfig: string, origin: string): CredentialProvider {
-  const client = KubeClient.fromKubeconfig(kubeconfig);
-  return fixed({ client, origin, user: userOf(client.kubeConfig) });
+export function staticCredentials(client: KubeClient, origin: string): CredentialProvider {
+  return fixed({ client, origin, user: userOf(client) });
 }
 
 export function inClusterCredentials(): CredentialProvider {
-  const kc = new KubeConfig();
-  kc.loadFromCluster();
-  return fixed({ client: new KubeClient(kc), origin: "in-cluster service account", user: "serviceaccount" });
+  return fixed({ client: KubeClient.inCluster(), origin: "in-cluster service account", user: "serviceaccount" });
 }
 
 function fixed(conn: Connection): CredentialProvider {
@@ -146,20 +141,19 @@ export function resolveSecretKubeconfig(secret: Secret | undefined, ref: SecretR
     client.close();
     return { ok: false, reason: `${where}: ${reason}` };
   };
-  const user = client.kubeConfig.getCurrentUser();
-  if (!user) return fail("the kubeconfig has no current user");
-  const fingerprint = createHash("sha256").update(JSON.stringify([client.kubeConfig.getCurrentCluster(), user])).digest("hex");
-  if (!user.certData) return { ok: true, client, user: user.name, fingerprint };
+  const user = client.user;
+  const fingerprint = createHash("sha256").update(JSON.stringify([client.cluster, user])).digest("hex");
+  if (!user.certPem) return { ok: true, client, user: user.name, fingerprint };
   let cert: X509Certificate;
   try {
-    cert = new X509Certificate(Buffer.from(user.certData, "base64"));
+    cert = new X509Certificate(user.certPem);
   } catch (err) {
     return fail(`unreadable client certificate: ${err instanceof Error ? err.message : String(err)}`);
   }
   const notAfter = new Date(cert.validTo);
   if (notAfter <= now) return fail(`the client certificate expired at ${notAfter.toISOString()}`);
   try {
-    if (user.keyData && !cert.checkPrivateKey(createPrivateKey(Buffer.from(user.keyData, "base64")))) return fail("the client certificate and key do not match (a rotation half written?)");
+    if (user.keyPem && !cert.checkPrivateKey(createPrivateKey(user.keyPem))) return fail("the client certificate and key do not match (a rotation half written?)");
   } catch (err) {
     return fail(`unreadable client key: ${err instanceof Error ? err.message : String(err)}`);
   }
@@ -169,16 +163,16 @@ export function resolveSecretKubeconfig(secret: Secret | undefined, ref: SecretR
 const commonName = (cert: X509Certificate) => /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1];
 
 // For logs and status: the client certificate's CN when there is one, else the kubeconfig's user name.
-function userOf(kc: KubeConfig): string {
-  const user = kc.getCurrentUser();
-  if (user?.certData) {
+function userOf(client: KubeClient): string {
+  const user = client.user;
+  if (user.certPem) {
     try {
-      return commonName(new X509Certificate(Buffer.from(user.certData, "base64"))) ?? user.name;
+      return commonName(new X509Certificate(user.certPem)) ?? user.name;
     } catch {
       // not a certificate we can read: the entry's name will do for a log line
     }
   }
-  return user?.name ?? "unknown";
+  return user.name || "unknown";
 }
 
 export type ProviderDeps = { watch: WatchConfig; clock: Clock; log: Log };
@@ -187,8 +181,8 @@ export type ProviderDeps = { watch: WatchConfig; clock: Clock; log: Log };
 export function credentialProviders(clusters: Readonly<Record<string, CredentialsConfig>>, deps: ProviderDeps): Map<string, CredentialProvider> {
   const providers = new Map<string, CredentialProvider>();
   for (const [cluster, c] of Object.entries(clusters)) {
-    if ("kubeconfig" in c) providers.set(cluster, staticCredentials(c.kubeconfig, `kubeconfig for ${cluster}`));
-    else if ("kubeconfigFile" in c) providers.set(cluster, staticCredentials(readFileSync(c.kubeconfigFile, "utf8"), `file ${c.kubeconfigFile}`));
+    if ("kubeconfig" in c) providers.set(cluster, staticCredentials(KubeClient.fromKubeconfig(c.kubeconfig), `kubeconfig for ${cluster}`));
+    else if ("kubeconfigFile" in c) providers.set(cluster, staticCredentials(KubeClient.fromKubeconfigFile(c.kubeconfigFile), `file ${c.kubeconfigFile}`));
     else if ("inCluster" in c) providers.set(cluster, inClusterCredentials());
   }
   for (const [cluster, c] of Object.entries(clusters)) {

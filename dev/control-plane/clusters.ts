@@ -8,10 +8,10 @@ import { createServer } from "node:net";
 import { request } from "node:https";
 import { request as httpRequest } from "node:http";
 import { randomBytes } from "node:crypto";
-import { CoreV1Api } from "@kubernetes/client-node";
+import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { createCertificateAuthority, issueCertificate, generateKeyPair, privateKeyToPem, publicKeyToPem, type CertificateAuthority } from "../../shared/pki.ts";
-import { buildKubeconfig, kubeConfigFrom } from "../../shared/kube/kubeconfig.ts";
+import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
 import { KubeError } from "../../shared/kube/errors.ts";
 import { CustomResourceDefinitionResource } from "../../shared/api/kube.ts";
@@ -80,8 +80,11 @@ export class LocalCluster {
     });
   }
 
-  admin() {
-    return kubeConfigFrom(this.adminKubeconfig);
+  // client-node's config, for its typed APIs (dev and tests only: nothing that ships loads client-node).
+  admin(): KubeConfig {
+    const kc = new KubeConfig();
+    kc.loadFromString(this.adminKubeconfig);
+    return kc;
   }
 
   // A bootstrap token (kube-system/bootstrap-token-<id>) that authenticates as

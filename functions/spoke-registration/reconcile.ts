@@ -2,7 +2,6 @@
 // the ManagedCluster and request a client certificate; on issuance write hub-kubeconfig-secret; later
 // rotate through the hub identity; start over when the bootstrap kubeconfig changes or the cert expires.
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
 import { ManagedClusterResource, ManagedClusterConditionType, ClusterLabel, AgentAnnotationPrefix, type ManagedCluster } from "../../shared/api/cluster.ts";
@@ -154,8 +153,8 @@ async function ensureManagedCluster({ io, c, hub, spoke }: Registration): Promis
 }
 
 function spokeCaBundle(spoke: KubeClient): string | undefined {
-  const cluster = spoke.kubeConfig.getCurrentCluster();
-  return cluster?.caData ?? (cluster?.caFile ? readFileSync(cluster.caFile).toString("base64") : undefined);
+  const caPem = spoke.cluster.caPem;
+  return caPem === undefined ? undefined : Buffer.from(caPem).toString("base64");
 }
 
 async function requestCertificate(r: Registration): Promise<Outcome> {

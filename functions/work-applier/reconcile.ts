@@ -98,7 +98,7 @@ async function keysOnTick(io: Io<Config>): Promise<Key[] | { skip: string }> {
     c,
     io.clock.now(),
     async (hub) => {
-      const prefix = `${hubHashOf(hub.kubeConfig.getCurrentCluster()!.server)}-`;
+      const prefix = `${hubHashOf(hub.cluster.server)}-`;
       const [works, applied] = await Promise.all([hub.list(ManifestWorkResource, { namespace: c.clusterName }), spoke.list(AppliedManifestWorkResource)]);
       const names = new Set([...works.items.map((w) => w.metadata.name!), ...applied.items.map((a) => a.metadata.name!).filter((n) => n.startsWith(prefix)).map((n) => n.slice(prefix.length))]);
       return [...names].map((name) => ({ cluster: c.hubCluster, namespace: c.clusterName, name }));
@@ -116,7 +116,7 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
     c,
     now,
     async (hub) => {
-      const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.kubeConfig.getCurrentCluster()!.server) };
+      const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.cluster.server) };
       const [work, applied] = await Promise.all([
         hub.get<Work>(ManifestWorkResource, key.name, key.namespace ?? c.clusterName),
         spoke.get<Applied>(AppliedManifestWorkResource, appliedWorkName(ctx.hubHash, key.name)),

@@ -1,9 +1,11 @@
 // The Kubernetes client every function and the relay use: REST calls addressed by ApiResource,
-// authenticated from a kubeconfig (client-node does the credential work), errors as KubeError.
+// authenticated from a kubeconfig (./kubeconfig.ts reads it, ./credentials.ts signs each request),
+// errors as KubeError.
 import { Agent, request, type RequestOptions } from "node:https";
-import type { KubeConfig } from "@kubernetes/client-node";
 import type { ApiResource } from "../api/meta.ts";
-import { kubeConfigFrom } from "./kubeconfig.ts";
+import { inClusterKubeconfig, parseKubeconfig, readKubeconfigFile, type KubeCluster, type Kubeconfig, type KubeUser } from "./kubeconfig.ts";
+import { UserCredentials } from "./credentials.ts";
+import { proxyConnector } from "./proxy.ts";
 import { KubeError } from "./errors.ts";
 
 export type KubeObject = {
@@ -57,19 +59,34 @@ function query(params: Record<string, string | number | boolean | undefined>): s
 }
 
 export class KubeClient {
-  readonly server: string;
-  readonly kubeConfig: KubeConfig;
+  readonly server: string; // cluster.server without a trailing slash
+  readonly cluster: KubeCluster;
+  readonly user: KubeUser;
+  private readonly credentials: UserCredentials;
+  // Kept alive, so a call is not a new TLS handshake. Requests through a proxy open a tunnel each.
   private readonly agent = new Agent({ keepAlive: true, maxSockets: 16 });
+  private readonly viaProxy?: RequestOptions["createConnection"];
 
-  constructor(kubeConfig: KubeConfig) {
-    this.kubeConfig = kubeConfig;
-    const cluster = kubeConfig.getCurrentCluster();
-    if (!cluster) throw new Error("kubeconfig has no current cluster");
-    this.server = cluster.server.replace(/\/$/, "");
+  constructor(config: Kubeconfig) {
+    this.cluster = config.cluster;
+    this.user = config.user;
+    this.server = config.cluster.server.replace(/\/$/, "");
+    this.credentials = new UserCredentials(config.cluster, config.user);
+    if (config.cluster.proxyUrl) this.viaProxy = proxyConnector(config.cluster.proxyUrl);
   }
 
+  // Relative file names in the text are relative to the working directory; fromKubeconfigFile's to the file.
   static fromKubeconfig(yamlText: string): KubeClient {
-    return new KubeClient(kubeConfigFrom(yamlText));
+    return new KubeClient(parseKubeconfig(yamlText));
+  }
+
+  static fromKubeconfigFile(file: string): KubeClient {
+    return new KubeClient(readKubeconfigFile(file));
+  }
+
+  // The pod's service account.
+  static inCluster(): KubeClient {
+    return new KubeClient(inClusterKubeconfig());
   }
 
   close(): void {
@@ -78,7 +95,7 @@ export class KubeClient {
 
   // One HTTP exchange; the body is parsed as JSON when it is JSON. Non-2xx answers throw KubeError.
   async request<T = unknown>(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<T> {
-    const opts = await this.options(method, path, body === undefined ? undefined : contentType);
+    const opts = await this.requestOptions(method, path, body === undefined ? undefined : contentType);
     const payload = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
     // Node neither chunks nor measures a DELETE body: without a length, on a kept-alive connection
     // the body would be read as the start of the next request.
@@ -97,6 +114,7 @@ export class KubeClient {
               reject(new KubeError(0, "BadResponse", `${method} ${path}: the answer is not JSON: ${text.slice(0, 200)}`));
             }
           } else {
+            if (status === 401) this.credentials.forget();
             reject(KubeError.fromResponse(status, text, `${method} ${path}`));
           }
         });
@@ -109,21 +127,24 @@ export class KubeClient {
     });
   }
 
-  private async options(method: string, path: string, contentType?: string): Promise<RequestOptions> {
+  // One request's options: where, TLS trust, credentials, and the keep-alive agent or the proxy tunnel.
+  async requestOptions(method: string, path: string, contentType?: string): Promise<RequestOptions> {
     const url = new URL(this.server + path);
+    const { cert, key, headers } = await this.credentials.current();
     const opts: RequestOptions = {
       method,
       protocol: url.protocol,
       hostname: url.hostname,
       port: url.port,
       path: url.pathname + url.search,
-      agent: this.agent,
-      headers: { Accept: "application/json", ...(contentType ? { "Content-Type": contentType } : {}) },
+      headers: { Accept: "application/json", ...(contentType ? { "Content-Type": contentType } : {}), ...headers },
     };
-    await this.kubeConfig.applyToHTTPSOptions(opts);
-    // client-node's agent is not kept alive, so each call would be a new TLS handshake; the
-    // credentials stay in the request options, so our keep-alive pool can carry them.
-    if (!this.kubeConfig.getCurrentCluster()?.proxyUrl) opts.agent = this.agent;
+    if (this.cluster.caPem !== undefined) opts.ca = this.cluster.caPem;
+    if (this.cluster.insecureSkipTLSVerify) opts.rejectUnauthorized = false;
+    if (this.cluster.tlsServerName) opts.servername = this.cluster.tlsServerName;
+    if (cert !== undefined) [opts.cert, opts.key] = [cert, key];
+    if (this.viaProxy) opts.createConnection = this.viaProxy;
+    else opts.agent = this.agent;
     return opts;
   }
 
@@ -181,12 +202,13 @@ export class KubeClient {
       const path =
         resourcePath(r, { namespace: o.namespace }) +
         query({ watch: true, allowWatchBookmarks: true, resourceVersion: o.resourceVersion, labelSelector: o.labelSelector, fieldSelector: o.fieldSelector, timeoutSeconds: o.timeoutSeconds ?? 300 });
-      const opts = await this.options("GET", path);
-      if (!this.kubeConfig.getCurrentCluster()?.proxyUrl) opts.agent = undefined; // a long-lived stream gets its own connection (a proxy's agent stays)
+      const opts = await this.requestOptions("GET", path);
+      if (!this.viaProxy) opts.agent = undefined; // a long-lived stream gets a connection of its own, outside the pool
       if (stopped) return;
       await new Promise<void>((resolve, reject) => {
         const req = request(opts, (res) => {
           if (res.statusCode !== 200) {
+            if (res.statusCode === 401) this.credentials.forget();
             const chunks: Buffer[] = [];
             res.on("data", (c: Buffer) => chunks.push(c));
             res.on("end", () => reject(KubeError.fromResponse(res.statusCode ?? 0, Buffer.concat(chunks).toString(), `WATCH ${path}`)));

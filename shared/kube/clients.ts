@@ -1,8 +1,7 @@
 // Clients per cluster name for a function process: kubeconfig files in a directory
 // (<dir>/<cluster>.kubeconfig), or the pod's in-cluster identity for the cluster it runs in.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { KubeConfig } from "@kubernetes/client-node";
 import { KubeClient } from "./client.ts";
 
 export type ClusterClients = (cluster: string) => KubeClient;
@@ -32,12 +31,9 @@ export function clientsFromEnv(env: NodeJS.ProcessEnv = process.env): ClusterCli
     let c = cache.get(cluster);
     if (!c) {
       const file = dir ? join(dir, `${cluster}.kubeconfig`) : undefined;
-      if (file && existsSync(file)) c = KubeClient.fromKubeconfig(readFileSync(file, "utf8"));
-      else if (cluster === home) {
-        const kc = new KubeConfig();
-        kc.loadFromCluster();
-        c = new KubeClient(kc);
-      } else throw new Error(`no credentials for cluster ${cluster} (looked for ${file ?? "OCM_KUBECONFIG_DIR"})`);
+      if (file && existsSync(file)) c = KubeClient.fromKubeconfigFile(file);
+      else if (cluster === home) c = KubeClient.inCluster();
+      else throw new Error(`no credentials for cluster ${cluster} (looked for ${file ?? "OCM_KUBECONFIG_DIR"})`);
       cache.set(cluster, c);
     }
     return c;

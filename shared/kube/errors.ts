@@ -1,5 +1,4 @@
 // What a failed Kubernetes call means for a reconcile: the only code that reads API status codes.
-import { ApiException } from "@kubernetes/client-node";
 
 export type ErrorClass =
   | "not-found"
@@ -42,7 +41,6 @@ export class KubeError extends Error {
 
 export function statusCodeOf(err: unknown): number | undefined {
   if (err instanceof KubeError) return err.code;
-  if (err instanceof ApiException) return err.code;
   return undefined;
 }
 

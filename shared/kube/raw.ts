@@ -1,7 +1,6 @@
 // One GET against a cluster's API server that keeps what KubeClient.request turns into an error: the
 // status code, content type and body as they came, or the network failure. Health probes need them.
-import { request as httpRequest, type RequestOptions } from "node:http";
-import { request as httpsRequest } from "node:https";
+import { request } from "node:https";
 import type { KubeClient } from "./client.ts";
 
 export type RawAnswer = { status: number; contentType: string; body: string };
@@ -9,18 +8,12 @@ export type RawFailure = { status: 0; url: string; error: string };
 
 export async function rawGet(client: KubeClient, path: string, o: { timeoutMs?: number } = {}): Promise<RawAnswer | RawFailure> {
   const url = new URL(client.server + path);
-  const opts: RequestOptions = {
-    method: "GET",
-    protocol: url.protocol,
-    hostname: url.hostname,
-    port: url.port,
-    path: url.pathname + url.search,
-    headers: { Accept: "application/json, */*" },
-  };
-  await client.kubeConfig.applyToHTTPSOptions(opts);
-  const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+  const opts = await client.requestOptions("GET", path);
+  opts.headers = { ...opts.headers, Accept: "application/json, */*" };
+  // A probe gets a connection of its own, not one the client kept alive (a proxy tunnel is new anyway).
+  if (opts.agent) opts.agent = false;
   return new Promise((resolve) => {
-    const req = send(opts, (res) => {
+    const req = request(opts, (res) => {
       const chunks: Buffer[] = [];
       res.on("data", (c: Buffer) => chunks.push(c));
       res.on("end", () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers["content-type"] ?? ""), body: Buffer.concat(chunks).toString() }));
