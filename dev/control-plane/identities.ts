@@ -10,11 +10,12 @@ import type { LocalCluster } from "./clusters.ts";
 
 const rbacDir = join(import.meta.dirname, "..", "..", "manifests", "rbac");
 
-export async function identityFor(cluster: LocalCluster, fn: string, suffix = ""): Promise<string> {
+// `rbacFile`: another file than manifests/rbac/<fn>.yaml (a user's function, an example).
+export async function identityFor(cluster: LocalCluster, fn: string, suffix = "", rbacFile = join(rbacDir, `${fn}.yaml`)): Promise<string> {
   const admin = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
   const user = `ocm-functions:${fn}${suffix}`;
   const subjects = [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: user }];
-  const docs = parseAllDocuments(readFileSync(join(rbacDir, `${fn}.yaml`), "utf8")).map((d) => d.toJS() as KubeObject & { rules?: unknown });
+  const docs = parseAllDocuments(readFileSync(rbacFile, "utf8")).map((d) => d.toJS() as KubeObject & { rules?: unknown });
   try {
     for (const doc of docs) {
       const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: doc.kind, name: doc.metadata.name };
