@@ -87,6 +87,7 @@ import { clusterState, type ClusterState } from "../shared/agent-config.ts";
 import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
 import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
 import { percentile, ms, mib } from "./stats.ts";
+import { until } from "./until.ts";
 
 const CLUSTERS = Number(process.env.BENCH_AGENT_CONFIG_CLUSTERS ?? 100);
 const TRIAL_SECONDS = Number(process.env.BENCH_AGENT_CONFIG_TRIAL_SECONDS ?? 2);
@@ -925,12 +926,3 @@ async function transientRetried<T>(f: () => Promise<T>, timeoutMs = 30_000): Pro
   }
 }
 
-async function until<T>(read: () => Promise<T | undefined>, what: string, timeoutMs: number): Promise<T> {
-  const t0 = performance.now();
-  for (;;) {
-    const v = await read();
-    if (v !== undefined) return v;
-    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(20);
-  }
-}

@@ -45,6 +45,7 @@ import {
 import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
 import * as clusterSets from "../functions/cluster-sets/reconcile.ts";
 import { percentile, ms } from "./stats.ts";
+import { until } from "./until.ts";
 
 const CLUSTERS = Number(process.env.BENCH_PLACEMENT_CLUSTERS ?? 1000);
 // Part 2 keeps only this many: the relay announces every existing cluster when it starts, and each of
@@ -477,12 +478,3 @@ async function serveMissing(fleet: Fleet, wiring: Wiring): Promise<void> {
   wiring.relays.push(relay);
 }
 
-async function until<T>(read: () => Promise<T | undefined>, what: string, timeoutMs: number): Promise<T> {
-  const t0 = performance.now();
-  for (;;) {
-    const v = await read();
-    if (v !== undefined) return v;
-    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
