@@ -1,34 +1,46 @@
 // The public API for writing a multi-cluster function (docs/writing-functions.md). One definition says
-// what the function watches on which clusters, how an event on another object maps to the keys of the
-// objects it reconciles, and the reconcile itself. The handler Knative calls, the relay sources that feed
-// it (dev/local/run-function.ts runs them locally) and its func.yaml subscriptions all come from it.
+// what the function watches on which clusters, how an event on each watched kind maps to the keys of
+// the objects it reconciles, and the reconcile itself. The handler Knative calls, the relay sources and
+// ApiServerSources that feed it, its func.yaml subscriptions and the skeleton of its RBAC all come from
+// it (cli/render, dev/local/run-function.ts).
 //
 //   export default defineFunction({
 //     name: "deployment-copy",
 //     config: ConfigSchema,
-//     watches: (c) => [{ cluster: c.source, resource: DeploymentResource, root: true }, ...],
-//     map: (event, io) => ...,          // only for events of watches that are not the root
+//     watches: (c) => [
+//       { cluster: c.source, resource: DeploymentResource, root: true },
+//       { cluster: c.source, resource: ManagedClusterResource, keys: (event, io) => ... },
+//     ],
 //     reconcile: async (io, key) => ...,
 //   });
 import { z } from "zod";
 import type { ApiResource } from "./api/meta.ts";
-import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent } from "./events.ts";
+import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
 import { ioFromEnv } from "./function-env.ts";
 import { serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply } from "./harness.ts";
 
-// One kind on one cluster, as an event source watches it. `root` marks the kind the function reconciles:
-// its events are keyed by the object itself, and a resync tick lists it. Every other watch's events go
-// through `map`.
-export type Watch = {
+export type KeysOrSkip = Key[] | { skip: string };
+export type Verb = ObjectEvent["verb"];
+export const AllVerbs: readonly Verb[] = ["add", "update", "delete"];
+
+// One kind on one cluster, as an event source watches it (controller-runtime's For and Watches).
+export type Watch<C = unknown> = {
   cluster: string; // the cluster's name as events carry it (the `cluster` extension)
   resource: ApiResource;
   namespace?: string; // one namespace, or all
-  labelSelector?: string;
-  mode?: "Resource" | "Reference"; // what the events carry: the object (default), or only its reference
+  labelSelector?: string; // the source sends only these objects' events
+  fieldSelector?: string; // likewise (relay-fed sources only: an ApiServerSource has no field selectors)
+  // What the events carry: the object ("Resource", the default) or only its reference ("Reference").
+  // "Either": the function reads what it needs itself, so the source may send whichever is cheaper.
+  mode?: "Resource" | "Reference" | "Either";
+  verbs?: readonly Verb[]; // the changes that wake the function; default all three
+  // `root`: the kind the function reconciles. Its events are keyed by the object itself unless `keys`
+  // says otherwise, and a resync tick lists it.
   root?: boolean;
+  // How this kind's events map to keys (a copy wakes its source, a lease its cluster); the definition's
+  // `map` when not given. Return { skip } with a reason for an event that wakes nothing.
+  keys?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>;
 };
-
-export type KeysOrSkip = Key[] | { skip: string };
 
 export type Definition<C> = {
   name: string; // a DNS label: the function's Service, identity and Triggers are named after it
@@ -36,11 +48,17 @@ export type Definition<C> = {
   // run.envs), by default each schema field from the variable of its name in SCREAMING_SNAKE_CASE.
   config: z.ZodType<C>;
   env?: (env: NodeJS.ProcessEnv) => unknown;
-  watches: (config: C) => readonly Watch[];
-  resyncSeconds?: number; // how often every root object is reconciled without an event; 0: never
-  map?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>;
+  watches: (config: C) => readonly Watch<C>[];
+  // How often every root object is reconciled without an event (deployed, the PingSource's schedule);
+  // 0 or unset: never, unless `resync` is given.
+  resyncSeconds?: number;
+  // The keys a resync tick wakes, when not every root object (a tick names the cluster it is for, if any).
+  resync?: (io: Io<C>, tick: TickEvent) => KeysOrSkip | Promise<KeysOrSkip>;
+  map?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>; // for watches without `keys`
   reconcile: (io: Io<C>, key: Key) => Promise<Outcome>;
 };
+
+export type Subscription = { source: string; filters: Record<string, string> };
 
 export type MultiClusterFunction<C> = {
   definition: Definition<C>;
@@ -49,7 +67,8 @@ export type MultiClusterFunction<C> = {
   // faas-js-runtime's entry point; the settings are read from the environment at the first event.
   handle: (context: unknown, cloudevent?: unknown) => Promise<Reply>;
   // func.yaml's deploy.subscriptions: what a Broker's Triggers must let through to this function.
-  subscriptions: (config: C) => { source: string; filters: Record<string, string> }[];
+  subscriptions: (config: C) => Subscription[];
+  ticks: boolean; // whether resync ticks wake it
 };
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -64,7 +83,8 @@ export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
     reconcile: d.reconcile,
   };
   const handle = serve(spec, () => ioFromEnv(d.name, configFromEnv));
-  return { definition: d, spec, configFromEnv, handle, subscriptions: (config) => subscriptionsOf(d, config) };
+  const ticks = !!d.resyncSeconds || d.resync !== undefined;
+  return { definition: d, spec, configFromEnv, handle, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks) };
 }
 
 // Each top-level field of an object schema from its variable, missing ones left to the schema's defaults.
@@ -74,43 +94,71 @@ function defaultEnv(schema: z.ZodType, env: NodeJS.ProcessEnv): unknown {
   return Object.fromEntries(fields.flatMap((f) => (env[screamingSnake(f)] ? [[f, env[screamingSnake(f)]]] : [])));
 }
 
-const sameKind = (w: Watch, e: ObjectEvent) =>
-  w.resource.kind === e.ref.kind && (w.resource.group === "" ? e.ref.apiVersion === w.resource.version : e.ref.apiVersion.startsWith(`${w.resource.group}/`));
-const inScope = (w: Watch, e: ObjectEvent) => w.cluster === e.cluster && sameKind(w, e) && (w.namespace === undefined || w.namespace === (e.ref.namespace ?? ""));
+export const isKindOf = (r: ApiResource, ref: { apiVersion: string; kind: string }) =>
+  r.kind === ref.kind && (r.group === "" ? ref.apiVersion === r.version : ref.apiVersion.startsWith(`${r.group}/`));
+const inScope = <C>(w: Watch<C>, e: ObjectEvent) => w.cluster === e.cluster && isKindOf(w.resource, e.ref) && (w.namespace === undefined || w.namespace === (e.ref.namespace ?? ""));
 
 async function keysOf<C>(d: Definition<C>, event: FunctionEvent, io: Io<C>): Promise<KeysOrSkip> {
   const watches = d.watches(io.config);
-  const roots = watches.filter((w) => w.root);
-  if (event.type === "tick") {
-    // A resync: every root object, as controller-runtime's periodic resync re-queues its cache.
-    const keys: Key[] = [];
-    for (const w of roots) {
-      if (event.cluster && event.cluster !== w.cluster) continue;
-      const { items } = await io.cluster(w.cluster).list(w.resource, { namespace: w.namespace, labelSelector: w.labelSelector });
-      keys.push(...items.map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
-    }
-    return keys;
-  }
-  if (roots.some((w) => inScope(w, event))) return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
-  if (!watches.some((w) => inScope(w, event))) return { skip: `${event.ref.kind} ${event.ref.name} on ${event.cluster} is not watched` };
-  if (!d.map) return { skip: `${event.ref.kind} is watched but the function maps no keys from it` };
-  return d.map(event, io);
+  if (event.type === "tick") return d.resync ? d.resync(io, event) : listRoots(watches, event, io);
+  const w = watches.find((w) => inScope(w, event));
+  if (!w) return { skip: `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ""}${event.ref.name} on ${event.cluster} is not watched` };
+  if (!(w.verbs ?? AllVerbs).includes(event.verb)) return { skip: `${event.ref.kind} is not watched for ${event.verb}` };
+  if (w.keys) return w.keys(event, io);
+  if (w.root) return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
+  if (d.map) return d.map(event, io);
+  return { skip: `${event.ref.kind} is watched but the function maps no keys from it` };
 }
 
-// One subscription per watch and verb in the watch's mode, and the resync ticks: exactly what the
-// function's keys take, so a Broker wakes it for nothing else.
-function subscriptionsOf<C>(d: Definition<C>, config: C): { source: string; filters: Record<string, string> }[] {
-  const subscriptions: { source: string; filters: Record<string, string> }[] = [];
-  const seen = new Set<string>();
-  for (const w of d.watches(config)) {
-    const types = w.mode === "Reference" ? [ApiServerSourceType.RefAdd, ApiServerSourceType.RefUpdate, ApiServerSourceType.RefDelete] : [ApiServerSourceType.ResourceAdd, ApiServerSourceType.ResourceUpdate, ApiServerSourceType.ResourceDelete];
-    for (const type of types) {
-      const id = `${type}/${w.resource.kind}`;
-      if (seen.has(id)) continue;
-      seen.add(id);
-      subscriptions.push({ source: "default", filters: { type, kind: w.resource.kind } });
-    }
+// A resync: every root object, as controller-runtime's periodic resync re-queues its cache.
+async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: Io<C>): Promise<KeysOrSkip> {
+  const roots = watches.filter((w) => w.root && (!tick.cluster || tick.cluster === w.cluster));
+  if (roots.length === 0) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
+  const keys: Key[] = [];
+  for (const w of roots) {
+    const { items } = await io.cluster(w.cluster).list(w.resource, { namespace: w.namespace, labelSelector: w.labelSelector, fieldSelector: w.fieldSelector });
+    keys.push(...items.map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
   }
-  if (d.resyncSeconds) subscriptions.push({ source: "default", filters: { type: PingSourceType } });
+  return keys;
+}
+
+const typeOf = (mode: "Resource" | "Reference", verb: Verb) =>
+  mode === "Resource" ? ({ add: ApiServerSourceType.ResourceAdd, update: ApiServerSourceType.ResourceUpdate, delete: ApiServerSourceType.ResourceDelete } as const)[verb] : ({ add: ApiServerSourceType.RefAdd, update: ApiServerSourceType.RefUpdate, delete: ApiServerSourceType.RefDelete } as const)[verb];
+
+// func.yaml's subscriptions: per watched kind the event types its watches take (one filter on the kind
+// alone when they take every type), and the resync ticks. Exactly what the function's keys take, so a
+// Broker wakes it for nothing else.
+export function subscriptionsOf<C>(watches: readonly Watch<C>[], ticks: boolean): Subscription[] {
+  const byKind = new Map<string, Set<string>>();
+  for (const w of watches) {
+    const types = byKind.get(w.resource.kind) ?? new Set<string>();
+    const modes = w.mode === "Either" ? (["Resource", "Reference"] as const) : [w.mode ?? "Resource"];
+    for (const mode of modes) for (const verb of w.verbs ?? AllVerbs) types.add(typeOf(mode, verb));
+    byKind.set(w.resource.kind, types);
+  }
+  const subscriptions: Subscription[] = [];
+  for (const [kind, types] of byKind) {
+    if (types.size === 6) subscriptions.push({ source: "default", filters: { kind } });
+    else for (const type of types) subscriptions.push({ source: "default", filters: { type, kind } });
+  }
+  if (ticks) subscriptions.push({ source: "default", filters: { type: PingSourceType } });
   return subscriptions;
+}
+
+// The RBAC a function's watches need at the least: get, list and watch on every watched resource, per
+// cluster. A skeleton: what the reconcile writes is added by hand (`ocmf new function` starts from it).
+export type RbacRule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+export function watchRules<C>(watches: readonly Watch<C>[]): Map<string, RbacRule[]> {
+  const byCluster = new Map<string, Map<string, Set<string>>>();
+  for (const w of watches) {
+    const groups = byCluster.get(w.cluster) ?? new Map<string, Set<string>>();
+    groups.set(w.resource.group, (groups.get(w.resource.group) ?? new Set()).add(w.resource.plural));
+    byCluster.set(w.cluster, groups);
+  }
+  return new Map(
+    [...byCluster].map(([cluster, groups]) => [
+      cluster,
+      [...groups].sort(([a], [b]) => a.localeCompare(b)).map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ["get", "list", "watch"] })),
+    ]),
+  );
 }

@@ -35,12 +35,15 @@ export function relayConfigFor<C>(fn: MultiClusterFunction<C>, config: C, kubeco
     sources: watches.map((w) => ({
       cluster: w.cluster,
       resource: { ...w.resource },
-      mode: w.mode ?? "Resource",
+      // "Either": the cheaper Reference mode, whose events carry no object
+      mode: w.mode === "Either" ? "Reference" : (w.mode ?? "Resource"),
       ...(w.namespace ? { namespace: w.namespace } : {}),
       ...(w.labelSelector ? { labelSelector: w.labelSelector } : {}),
+      ...(w.fieldSelector ? { fieldSelector: w.fieldSelector } : {}),
     })),
-    sinks: [{ name: fn.definition.name, url: sinkUrl }],
-    resync: { intervalMs: (fn.definition.resyncSeconds ?? 0) * 1000 },
+    // the subscriptions' filters too: the relay delivers only what a Broker's Triggers would
+    sinks: [{ name: fn.definition.name, url: sinkUrl, filters: fn.subscriptions(config).map((s) => s.filters) }],
+    resync: { intervalMs: fn.ticks ? (fn.definition.resyncSeconds || 60) * 1000 : 0 },
   };
 }
 
