@@ -2,15 +2,14 @@
 // feature.open-cluster-management.io/addon-<a> is available, unhealthy or unreachable after the add-on's
 // Available condition, and goes when the add-on does. The root kind is ManagedCluster.
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import { managedClusterKeys } from "../../shared/cluster-keys.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import {
   AddOnConditionType,
   AddOnFeatureLabelPrefix,
   AddOnFeatureValue,
-  AddOnGroup,
   ManagedClusterAddOnV1alpha1Resource,
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
@@ -20,16 +19,25 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-// An add-on event wakes the cluster whose namespace it lives in.
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManagedCluster (a deleted one has no labels to keep); an add-on event, its deletion
+// too, wakes the cluster whose namespace it lives in.
+export const fn = defineFunction({
   name: "addon-cluster-label",
-  keys: (event, io) =>
-    managedClusterKeys(event, io, (e, hub) => {
-      if (e.ref.kind !== ManagedClusterAddOnV1alpha1Resource.kind || !e.ref.apiVersion.startsWith(`${AddOnGroup}/`)) return { skip: `not a kind this function watches: ${e.ref.kind}` };
-      return e.ref.namespace ? [{ cluster: hub, name: e.ref.namespace }] : { skip: "ManagedClusterAddOn without namespace" };
-    }),
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["add", "update"], root: true },
+    {
+      cluster: c.hubCluster,
+      resource: ManagedClusterAddOnV1alpha1Resource,
+      mode: "Either",
+      keys: (e) => (e.ref.namespace ? [{ cluster: e.cluster, name: e.ref.namespace }] : { skip: "ManagedClusterAddOn without namespace" }),
+    },
+  ],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);

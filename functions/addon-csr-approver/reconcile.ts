@@ -4,8 +4,9 @@
 // signer the template registers, which this function then signs with the template's signingCA. The
 // root kind is CertificateSigningRequest; only CSRs labelled with both a cluster and an add-on are ours.
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, SecretResource } from "../../shared/api/kube.ts";
@@ -36,27 +37,36 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// CSRs labelled with an add-on, in either mode: a Resource-mode payload's labels are only a hint.
+export const fn = defineFunction({
   name: "addon-csr-approver",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: AddOnLabel.AddonName, mode: "Either", verbs: ["add", "update"], root: true, keys: csrKeys },
+  ],
+  resyncSeconds: 60,
+  resync,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 const addonCsrSelector = `${ClusterLabel.ClusterName},${AddOnLabel.AddonName}`;
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+// Only the CSRs that still wait for an approval or a signature: a resync of every one would read the
+// add-on objects of each again.
+async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
   const hub = io.config.hubCluster;
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    const { items } = await io.cluster(hub).list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: addonCsrSelector });
-    return items.filter((csr) => !isDenied(csr) && (!isApproved(csr) || awaitsCustomSignature(csr))).map((csr) => ({ cluster: hub, name: csr.metadata.name }));
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
-  if (event.ref.kind !== CertificateSigningRequestResource.kind) return { skip: `not a CertificateSigningRequest: ${event.ref.kind}` };
-  // Labels in a Resource-mode payload are only a hint; the reconcile reads them again.
+  if (tick.cluster && tick.cluster !== hub) return { skip: `tick for cluster ${tick.cluster}, not the hub` };
+  const { items } = await io.cluster(hub).list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: addonCsrSelector });
+  return items.filter((csr) => !isDenied(csr) && (!isApproved(csr) || awaitsCustomSignature(csr))).map((csr) => ({ cluster: hub, name: csr.metadata.name }));
+}
+
+// Labels in a Resource-mode payload are only a hint; the reconcile reads them again.
+function csrKeys(event: ObjectEvent): KeysOrSkip {
   const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
   if (labels && !(labels[ClusterLabel.ClusterName] && labels[AddOnLabel.AddonName])) return { skip: "not an add-on CSR" };
-  return [{ cluster: hub, name: event.ref.name }];
+  return [{ cluster: event.cluster, name: event.ref.name }];
 }
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {

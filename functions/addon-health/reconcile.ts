@@ -4,12 +4,13 @@
 // lease. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
 import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
-import { AddOnConditionType, AddOnGroup, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { AddOnConditionType, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { LeaseResource } from "../../shared/api/kube.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
-import type { FunctionEvent } from "../../shared/events.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
@@ -33,11 +34,24 @@ const LEASE_DURATION_TIMES = 5;
 type Addon = ManagedClusterAddOnV1alpha1;
 export type Lease = KubeObject & { spec?: { renewTime?: string; [k: string]: unknown } };
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace, keyed by itself. OCM has
+// no lease informer (it resyncs every 30 s); a lease event on the spoke only makes that sooner, and
+// wakes the add-on named like it, which reads its lease in its own install namespace, whichever this
+// one was. The relay leaves out the control-plane namespaces, as leaseKeys does. The hub is reached
+// with the agent's own credentials, so a resync tick's keys come from resyncKeys, not a list through io.
+export const fn = defineFunction({
   name: "addon-health",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, namespace: c.clusterName, mode: "Resource", root: true },
+    { cluster: c.managementCluster, resource: LeaseResource, fieldSelector: ControlPlaneLeaseNamespacesExcluded, mode: "Resource", keys: leaseKeys },
+  ],
+  resyncSeconds: 60,
+  resync: resyncKeys,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
@@ -86,33 +100,26 @@ export function judgeLease(lease: Lease | undefined, o: { addon: string; now: Da
 }
 
 // Leader-election and node leases live here; an add-on's lease never does.
-const ControlPlaneLeaseNamespaces: ReadonlySet<string> = new Set(["kube-system", "kube-node-lease"]);
+const ControlPlaneLeaseNamespaces: readonly string[] = ["kube-system", "kube-node-lease"];
+const ControlPlaneLeaseNamespacesExcluded = ControlPlaneLeaseNamespaces.map((ns) => `metadata.namespace!=${ns}`).join(",");
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+type Keys = Key[] | { skip: string };
+const keyOf = (c: Config, addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
+
+async function resyncKeys(io: Io<Config>, tick: TickEvent): Promise<Keys> {
   const c = io.config;
-  const keyOf = (addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== c.hubCluster && event.cluster !== c.managementCluster) return { skip: `tick for cluster ${event.cluster}` };
-    return withAgentHub<Key[] | { skip: string }>(
-      io.cluster(c.managementCluster),
-      c,
-      io.clock.now(),
-      async (hub) => (await hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName })).items.map((a) => keyOf(a.metadata.name)),
-      (reason) => ({ skip: `not bootstrapped: ${reason}` }),
-    );
-  }
-  const { kind, name, namespace, apiVersion } = event.ref;
-  if (kind === ManagedClusterAddOnV1alpha1Resource.kind && apiVersion.startsWith(`${AddOnGroup}/`)) {
-    if (event.cluster !== c.hubCluster) return { skip: `ManagedClusterAddOn on ${event.cluster}, not on the hub` };
-    if (namespace !== c.clusterName) return { skip: `ManagedClusterAddOn of cluster ${namespace}, not ${c.clusterName}` };
-    return [keyOf(name)];
-  }
-  // OCM has no lease informer (it resyncs every 30 s); a lease event here only makes that sooner. The
-  // add-on named like the lease reads its lease in its own install namespace, whichever this one was.
-  if (kind === LeaseResource.kind && apiVersion.startsWith(`${LeaseResource.group}/`)) {
-    if (event.cluster !== c.managementCluster) return { skip: `Lease on ${event.cluster}, not on ${c.managementCluster}` };
-    if (namespace && ControlPlaneLeaseNamespaces.has(namespace)) return { skip: `a control-plane lease in ${namespace}, not an add-on's` };
-    return [keyOf(name)];
-  }
-  return { skip: `not a kind this function watches: ${kind}` };
+  if (tick.cluster && tick.cluster !== c.hubCluster && tick.cluster !== c.managementCluster) return { skip: `tick for cluster ${tick.cluster}` };
+  return withAgentHub<Keys>(
+    io.cluster(c.managementCluster),
+    c,
+    io.clock.now(),
+    async (hub) => (await hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName })).items.map((a) => keyOf(c, a.metadata.name)),
+    (reason) => ({ skip: `not bootstrapped: ${reason}` }),
+  );
+}
+
+function leaseKeys(event: ObjectEvent, io: Io<Config>): Keys {
+  const { name, namespace } = event.ref;
+  if (namespace && ControlPlaneLeaseNamespaces.includes(namespace)) return { skip: `a control-plane lease in ${namespace}, not an add-on's` };
+  return [keyOf(io.config, name)];
 }

@@ -3,16 +3,16 @@
 // Placements select, and deletes the add-on's ManagedClusterAddOns from every other cluster.
 // The root kind is ClusterManagementAddOn; add-on objects are read and written as v1alpha1 (storage).
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
-import { ClusterGroup, ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { cmaControllerReference } from "../../shared/addon-owners.ts";
 import {
   AddOnAnnotation,
   AddOnAnnotationPrefix,
-  AddOnGroup,
   AddOnLifecycle,
   ClusterManagementAddOnV1alpha1Resource,
   DefaultAddOnInstallNamespace,
@@ -27,35 +27,32 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// PlacementDecision events in Resource mode carry the placement label that names their Placement; the
+// CMA's may come in either mode, the keys being names.
+export const fn = defineFunction({
   name: "addon-installer",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ClusterManagementAddOnV1alpha1Resource, mode: "Either", verbs: ["add", "update"], root: true },
+    // A hand-deleted or hand-made add-on is put back in line with the strategy of the CMA of its name.
+    { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, verbs: ["add", "delete"], keys: (e) => [{ cluster: c.hubCluster, name: e.ref.name }] },
+    { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "delete"], keys: (e, io) => cmasUsing(io, { namespace: e.ref.namespace ?? "", name: e.ref.name }) },
+    { cluster: c.hubCluster, resource: PlacementDecisionResource, keys: decisionKeys },
+  ],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
-const isKind = (e: ObjectEvent, group: string, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${group}/`);
-
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
-  const hub = io.config.hubCluster;
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    const { items } = await io.cluster(hub).list<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource);
-    return items.map((cma) => ({ cluster: hub, name: cma.metadata.name }));
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
-  if (isKind(event, AddOnGroup, ClusterManagementAddOnV1alpha1Resource.kind)) return [{ cluster: hub, name: event.ref.name }];
-  // A hand-deleted or hand-made add-on is put back in line with the strategy of the CMA of its name.
-  if (isKind(event, AddOnGroup, ManagedClusterAddOnV1alpha1Resource.kind)) return [{ cluster: hub, name: event.ref.name }];
-  if (isKind(event, ClusterGroup, PlacementResource.kind)) return cmasUsing(io, hub, { namespace: event.ref.namespace ?? "", name: event.ref.name });
-  if (isKind(event, ClusterGroup, PlacementDecisionResource.kind)) {
-    // Resource mode carries the placement label; a Reference-mode event wakes every user of the namespace.
-    const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
-    return cmasUsing(io, hub, { namespace: event.ref.namespace ?? "", name: labels?.[ClusterLabel.Placement] });
-  }
-  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+// A payload without the placement label (or none at all) wakes every user of the namespace.
+function decisionKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
+  const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
+  return cmasUsing(io, { namespace: event.ref.namespace ?? "", name: labels?.[ClusterLabel.Placement] });
 }
 
-async function cmasUsing(io: Io<Config>, hub: string, ref: { namespace: string; name?: string }): Promise<Key[] | { skip: string }> {
+async function cmasUsing(io: Io<Config>, ref: { namespace: string; name?: string }): Promise<KeysOrSkip> {
+  const hub = io.config.hubCluster;
   const { items } = await io.cluster(hub).list<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource);
   const keys = items
     .filter((cma) => (cma.spec.installStrategy?.placements ?? []).some((p) => p.namespace === ref.namespace && (ref.name === undefined || p.name === ref.name)))

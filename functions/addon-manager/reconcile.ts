@@ -4,14 +4,15 @@
 // ManifestApplied, Progressing; and, for every add-on, Available=Unknown while its cluster is Unknown
 // (§4.5). The root kind is ManagedClusterAddOn, read and written as v1alpha1 (the storage version: our
 // CRDs have no conversion webhook, so v1beta1-only fields would not survive).
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { cmaControllerReference } from "../../shared/addon-owners.ts";
 import { RoleBindingResource } from "../../shared/api/kube.ts";
-import { ClusterGroup, ManagedClusterResource, PlacementDecisionResource, PlacementResource, ClusterLabel, type ManagedCluster } from "../../shared/api/cluster.ts";
-import { ManifestWorkResource, WorkGroup } from "../../shared/api/work.ts";
+import { ManagedClusterResource, PlacementDecisionResource, ClusterLabel, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ManifestWorkResource } from "../../shared/api/work.ts";
 import {
   AddOnAnnotation,
   AddOnDeploymentConfigV1alpha1Resource,
@@ -34,11 +35,29 @@ import { clusterHealth } from "./steps/cluster-health.ts";
 
 export { configFromEnv, ConfigSchema, type Config };
 
-export const spec: FunctionSpec<Config> = {
+// Either mode where the keys are names; Resource mode where the payload's labels name the add-on or the
+// placement. Works and bindings only with the add-on label: the hub's source watches no others.
+export const fn = defineFunction({
   name: "addon-manager",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, mode: "Either", verbs: ["add", "update"], root: true, keys: addonKeys },
+    { cluster: c.hubCluster, resource: ClusterManagementAddOnV1alpha1Resource, verbs: ["add", "update"], keys: (e, io) => addonsKeys(io, { name: e.ref.name }) },
+    // the cluster's health and its image-registries annotation
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["update"], keys: (e, io) => addonsKeys(io, { namespace: e.ref.name }) },
+    { cluster: c.hubCluster, resource: AddOnTemplateResource, verbs: ["add", "update"], keys: configKeys },
+    { cluster: c.hubCluster, resource: AddOnDeploymentConfigV1alpha1Resource, keys: configKeys },
+    { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["update"], keys: decisionKeys },
+    // the work agent's status: ManifestApplied and Progressing follow it
+    { cluster: c.hubCluster, resource: ManifestWorkResource, labelSelector: AddOnLabel.AddonName, verbs: ["update", "delete"], keys: labelledKeys },
+    // a hub-permission binding changed or removed by hand is put back
+    { cluster: c.hubCluster, resource: RoleBindingResource, labelSelector: AddOnLabel.AddonName, verbs: ["update", "delete"], keys: labelledKeys },
+  ],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);
@@ -92,49 +111,46 @@ async function ensureOwner(io: Io<Config>, hub: KubeClient, mca: ManagedClusterA
   return updated;
 }
 
-const isKind = (e: ObjectEvent, group: string, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${group}/`);
 const labelsOf = (e: ObjectEvent) => (e.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
+const keyOf = (hub: string, a: KubeObject): Key => ({ cluster: hub, namespace: a.metadata.namespace, name: a.metadata.name! });
+const addons = async (io: Io<Config>, o: { namespace?: string; name?: string } = {}) =>
+  (await io.cluster(io.config.hubCluster).list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { namespace: o.namespace, fieldSelector: o.name ? `metadata.name=${o.name}` : undefined })).items;
+const addonsKeys = async (io: Io<Config>, o: { namespace?: string; name?: string }) => (await addons(io, o)).map((a) => keyOf(io.config.hubCluster, a));
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
-  const hub = io.config.hubCluster;
-  const client = io.cluster(hub);
-  const keyOf = (a: KubeObject): Key => ({ cluster: hub, namespace: a.metadata.namespace, name: a.metadata.name! });
-  const addons = async (o: { namespace?: string; name?: string } = {}) =>
-    (await client.list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { namespace: o.namespace, fieldSelector: o.name ? `metadata.name=${o.name}` : undefined })).items;
-
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    return (await addons()).map(keyOf);
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+function addonKeys(event: ObjectEvent): KeysOrSkip {
   const { namespace, name } = event.ref;
-  if (isKind(event, AddOnGroup, ManagedClusterAddOnV1alpha1Resource.kind)) return namespace ? [{ cluster: hub, namespace, name }] : { skip: "ManagedClusterAddOn without namespace" };
-  if (isKind(event, AddOnGroup, ClusterManagementAddOnV1alpha1Resource.kind)) return (await addons({ name })).map(keyOf);
-  // the cluster's health, its image-registries annotation, its coming and going
-  if (isKind(event, ClusterGroup, ManagedClusterResource.kind)) return (await addons({ namespace: name })).map(keyOf);
-  if (isKind(event, WorkGroup, ManifestWorkResource.kind) || (event.ref.kind === RoleBindingResource.kind && event.ref.apiVersion.startsWith(`${RoleBindingResource.group}/`))) {
-    const labels = labelsOf(event);
-    const addon = labels?.[AddOnLabel.AddonName];
-    if (!addon) return { skip: `${event.ref.kind} ${name} names no add-on (or came in Reference mode; the resync covers it)` };
-    const ns = labels?.[AddOnLabel.AddonNamespace] ?? namespace;
-    return ns ? [{ cluster: hub, namespace: ns, name: addon }] : { skip: `${event.ref.kind} without namespace` };
-  }
-  if (isKind(event, AddOnGroup, AddOnDeploymentConfigV1alpha1Resource.kind) || isKind(event, AddOnGroup, AddOnTemplateResource.kind)) {
-    const resource = event.ref.kind === AddOnTemplateResource.kind ? AddOnConfigResource.AddOnTemplates : AddOnConfigResource.AddOnDeploymentConfigs;
-    const ref = { resource, namespace: event.ref.namespace ?? "", name };
-    const [all, cmas] = await Promise.all([addons(), client.list<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource)]);
-    const defaultedBy = new Set(cmas.items.filter((c) => (c.spec.supportedConfigs ?? []).some((sc) => sc.resource === resource && sc.defaultConfig?.name === name && (sc.defaultConfig.namespace ?? "") === ref.namespace)).map((c) => c.metadata.name));
-    const keys = all.filter((a) => defaultedBy.has(a.metadata.name) || usesConfig(a, ref)).map(keyOf);
-    return keys.length ? keys : { skip: `no add-on uses ${resource} ${ref.namespace}/${name}` };
-  }
-  if (isKind(event, ClusterGroup, PlacementResource.kind) || isKind(event, ClusterGroup, PlacementDecisionResource.kind)) {
-    const placement = event.ref.kind === PlacementResource.kind ? name : labelsOf(event)?.[ClusterLabel.Placement];
-    const { items } = await client.list<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource);
-    const users = items.filter((c) => (c.spec.installStrategy?.placements ?? []).some((p) => p.namespace === namespace && (placement === undefined || p.name === placement)));
-    const keys = (await Promise.all(users.map((c) => addons({ name: c.metadata.name })))).flat().map(keyOf);
-    return keys.length ? keys : { skip: `no add-on configured by placement ${namespace}/${placement ?? "*"}` };
-  }
-  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+  return namespace ? [{ cluster: event.cluster, namespace, name }] : { skip: "ManagedClusterAddOn without namespace" };
+}
+
+function labelledKeys(event: ObjectEvent): KeysOrSkip {
+  const labels = labelsOf(event);
+  const addon = labels?.[AddOnLabel.AddonName];
+  if (!addon) return { skip: `${event.ref.kind} ${event.ref.name} names no add-on (or came in Reference mode; the resync covers it)` };
+  const ns = labels?.[AddOnLabel.AddonNamespace] ?? event.ref.namespace;
+  return ns ? [{ cluster: event.cluster, namespace: ns, name: addon }] : { skip: `${event.ref.kind} without namespace` };
+}
+
+// An AddOnTemplate or AddOnDeploymentConfig wakes the add-ons that use it, or whose CMA defaults to it.
+async function configKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
+  const hub = io.config.hubCluster;
+  const name = event.ref.name;
+  const resource = event.ref.kind === AddOnTemplateResource.kind ? AddOnConfigResource.AddOnTemplates : AddOnConfigResource.AddOnDeploymentConfigs;
+  const ref = { resource, namespace: event.ref.namespace ?? "", name };
+  const [all, cmas] = await Promise.all([addons(io), io.cluster(hub).list<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource)]);
+  const defaultedBy = new Set(cmas.items.filter((c) => (c.spec.supportedConfigs ?? []).some((sc) => sc.resource === resource && sc.defaultConfig?.name === name && (sc.defaultConfig.namespace ?? "") === ref.namespace)).map((c) => c.metadata.name));
+  const keys = all.filter((a) => defaultedBy.has(a.metadata.name) || usesConfig(a, ref)).map((a) => keyOf(hub, a));
+  return keys.length ? keys : { skip: `no add-on uses ${resource} ${ref.namespace}/${name}` };
+}
+
+// A decision of a placement some CMA installs by; one without the placement label wakes every user of
+// its namespace.
+async function decisionKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
+  const namespace = event.ref.namespace;
+  const placement = labelsOf(event)?.[ClusterLabel.Placement];
+  const { items } = await io.cluster(io.config.hubCluster).list<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource);
+  const users = items.filter((c) => (c.spec.installStrategy?.placements ?? []).some((p) => p.namespace === namespace && (placement === undefined || p.name === placement)));
+  const keys = (await Promise.all(users.map((c) => addonsKeys(io, { name: c.metadata.name })))).flat();
+  return keys.length ? keys : { skip: `no add-on configured by placement ${namespace}/${placement ?? "*"}` };
 }
 
 function usesConfig(a: ManagedClusterAddOnV1alpha1, ref: { resource: string; namespace: string; name: string }): boolean {

@@ -5,7 +5,7 @@
 // removed. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
 import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
-import { AddOnConditionType, AddOnGroup, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { AddOnConditionType, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
@@ -30,8 +30,9 @@ import {
   rotationDueAt,
   rotationFailedMessage,
 } from "../../shared/csr-flow.ts";
-import type { FunctionEvent } from "../../shared/events.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub, clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
@@ -60,11 +61,25 @@ const ownedLabels = (cluster: string, addon: string) => ({ [ClusterLabel.Cluster
 // The names a secret of ours can have; other secret events are not looked at.
 const CANDIDATE_SECRET = /-(hub-kubeconfig|client-cert|pending-csr)$/;
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace, keyed by itself. The
+// cluster's CSRs on the hub, the agent's secrets (Reference mode: no secret data travels) and install
+// namespaces appearing on the spoke wake the add-ons they belong to. The hub is reached with the
+// agent's own credentials, so a resync tick's keys come from resyncKeys, not a list through io.
+export const fn = defineFunction({
   name: "addon-registration",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, namespace: c.clusterName, mode: "Resource", root: true },
+    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName}`, mode: "Resource", verbs: ["add", "update"], keys: csrKeys },
+    { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Either", keys: secretKeys },
+    { cluster: c.managementCluster, resource: NamespaceResource, mode: "Reference", verbs: ["add"], keys: namespaceKeys },
+  ],
+  resyncSeconds: 60,
+  resync: resyncKeys,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 type Agent = { hub: KubeClient; bootstrap: HubEndpoint; agentName: string };
 
@@ -239,60 +254,61 @@ async function setRotatedCondition(s: Scene, cond: Omit<NewCondition, "type">): 
 
 const labelsOf = (o: KubeObject | undefined) => (o?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
-  const c = io.config;
-  const keyOf = (addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
-  const spoke = io.cluster(c.managementCluster);
-  const withHub = <T>(use: (hub: KubeClient) => Promise<T>) => withAgentHub<T | { skip: string }>(spoke, c, io.clock.now(), use, (reason) => ({ skip: `not bootstrapped: ${reason}` }));
-  const addons = (hub: KubeClient) => hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName }).then((l) => l.items);
+type Keys = Key[] | { skip: string };
+const keyOf = (c: Config, addon: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name: addon });
+const withHub = <T>(io: Io<Config>, use: (hub: KubeClient) => Promise<T>) =>
+  withAgentHub<T | { skip: string }>(io.cluster(io.config.managementCluster), io.config, io.clock.now(), use, (reason) => ({ skip: `not bootstrapped: ${reason}` }));
+const addons = (hub: KubeClient, c: Config) => hub.list<Addon>(ManagedClusterAddOnV1alpha1Resource, { namespace: c.clusterName }).then((l) => l.items);
 
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== c.hubCluster && event.cluster !== c.managementCluster) return { skip: `tick for cluster ${event.cluster}` };
-    // every add-on of the cluster, and every add-on that still has secrets here (it may be gone)
-    return withHub(async (hub) => {
-      const [all, owned] = await Promise.all([addons(hub), spoke.list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName) })]);
-      const names = new Set([...all.map((a) => a.metadata.name), ...owned.items.map((x) => labelsOf(x)![AddOnLabel.AddonName]!)]);
-      return [...names].map(keyOf);
-    });
+// Every add-on of the cluster, and every add-on that still has secrets here (it may be gone).
+async function resyncKeys(io: Io<Config>, tick: TickEvent): Promise<Keys> {
+  const c = io.config;
+  if (tick.cluster && tick.cluster !== c.hubCluster && tick.cluster !== c.managementCluster) return { skip: `tick for cluster ${tick.cluster}` };
+  return withHub(io, async (hub) => {
+    const [all, owned] = await Promise.all([addons(hub, c), io.cluster(c.managementCluster).list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName) })]);
+    const names = new Set([...all.map((a) => a.metadata.name), ...owned.items.map((x) => labelsOf(x)![AddOnLabel.AddonName]!)]);
+    return [...names].map((n) => keyOf(c, n));
+  });
+}
+
+// The source selects on the cluster label; the add-on label names the add-on.
+async function csrKeys(event: ObjectEvent, io: Io<Config>): Promise<Keys> {
+  const c = io.config;
+  const { name } = event.ref;
+  // a Resource-mode payload carries the labels; a Reference-mode one only names the CSR
+  const read = event.object ? { csr: event.object } : await withHub(io, async (hub) => ({ csr: await hub.get<CertificateSigningRequest>(CertificateSigningRequestResource, name) }));
+  if ("skip" in read) return read;
+  const labels = labelsOf(read.csr);
+  const addon = labels?.[AddOnLabel.AddonName];
+  if (labels?.[ClusterLabel.ClusterName] !== c.clusterName || !addon) return { skip: `CSR ${name} is not an add-on request of cluster ${c.clusterName}` };
+  return [keyOf(c, addon)];
+}
+
+async function secretKeys(event: ObjectEvent, io: Io<Config>): Promise<Keys> {
+  const c = io.config;
+  const { name, namespace } = event.ref;
+  if (!CANDIDATE_SECRET.test(name)) return { skip: `secret ${namespace}/${name} is not named like an add-on credential` };
+  const found = event.object ?? (await io.cluster(c.managementCluster).get<Secret>(SecretResource, name, namespace));
+  if (found) {
+    const labels = labelsOf(found) ?? {};
+    const addon = labels[AddOnLabel.AddonName];
+    return labels[ClusterLabel.ClusterName] === c.clusterName && addon ? [keyOf(c, addon)] : { skip: `secret ${namespace}/${name} is not an add-on credential of cluster ${c.clusterName}` };
   }
-  const { kind, name, namespace, apiVersion } = event.ref;
-  if (kind === ManagedClusterAddOnV1alpha1Resource.kind && apiVersion.startsWith(`${AddOnGroup}/`)) {
-    if (event.cluster !== c.hubCluster) return { skip: `ManagedClusterAddOn on ${event.cluster}, not on the hub` };
-    if (namespace !== c.clusterName) return { skip: `ManagedClusterAddOn of cluster ${namespace}, not ${c.clusterName}` };
-    return [keyOf(name)];
-  }
-  if (kind === CertificateSigningRequestResource.kind) {
-    if (event.cluster !== c.hubCluster) return { skip: `CSR on ${event.cluster}, not on the hub` };
-    // a Resource-mode payload carries the labels; a Reference-mode one only names the CSR
-    const read = event.object ? { csr: event.object } : await withHub(async (hub) => ({ csr: await hub.get<CertificateSigningRequest>(CertificateSigningRequestResource, name) }));
-    if ("skip" in read) return read;
-    const labels = labelsOf(read.csr);
-    const addon = labels?.[AddOnLabel.AddonName];
-    if (labels?.[ClusterLabel.ClusterName] !== c.clusterName || !addon) return { skip: `CSR ${name} is not an add-on request of cluster ${c.clusterName}` };
-    return [keyOf(addon)];
-  }
-  if (kind === SecretResource.kind && event.cluster === c.managementCluster) {
-    if (!CANDIDATE_SECRET.test(name)) return { skip: `secret ${namespace}/${name} is not named like an add-on credential` };
-    const found = event.object ?? (await spoke.get<Secret>(SecretResource, name, namespace));
-    if (found) {
-      const labels = labelsOf(found) ?? {};
-      const addon = labels[AddOnLabel.AddonName];
-      return labels[ClusterLabel.ClusterName] === c.clusterName && addon ? [keyOf(addon)] : { skip: `secret ${namespace}/${name} is not an add-on credential of cluster ${c.clusterName}` };
-    }
-    // Gone, and the event carried no labels (Reference mode). A pending request is only ever removed
-    // once collected or let go; for a credential, the add-ons that would have it.
-    if (name.endsWith("-pending-csr")) return { skip: `pending request ${namespace}/${name} is gone` };
-    return withHub(async (hub) => {
-      const keys = (await addons(hub)).filter((a) => credentialsOf(a, { clusterName: c.clusterName, agentName: "" }).some((w) => w.namespace === namespace && w.secretName === name)).map((a) => keyOf(a.metadata.name));
-      return keys.length ? keys : { skip: `no add-on has a credential ${namespace}/${name}` };
-    });
-  }
-  if (kind === NamespaceResource.kind && event.cluster === c.managementCluster) {
-    // an install namespace appearing lets a waiting certificate be saved
-    return withHub(async (hub) => {
-      const keys = (await addons(hub)).filter((a) => installNamespaceOf(a) === name && a.status?.registrations?.length).map((a) => keyOf(a.metadata.name));
-      return keys.length ? keys : { skip: `no add-on of ${c.clusterName} installs into ${name}` };
-    });
-  }
-  return { skip: `not a kind this function watches: ${kind} on ${event.cluster}` };
+  // Gone, and the event carried no labels (Reference mode). A pending request is only ever removed
+  // once collected or let go; for a credential, the add-ons that would have it.
+  if (name.endsWith("-pending-csr")) return { skip: `pending request ${namespace}/${name} is gone` };
+  return withHub(io, async (hub) => {
+    const keys = (await addons(hub, c)).filter((a) => credentialsOf(a, { clusterName: c.clusterName, agentName: "" }).some((w) => w.namespace === namespace && w.secretName === name)).map((a) => keyOf(c, a.metadata.name));
+    return keys.length ? keys : { skip: `no add-on has a credential ${namespace}/${name}` };
+  });
+}
+
+// An install namespace appearing lets a waiting certificate be saved.
+async function namespaceKeys(event: ObjectEvent, io: Io<Config>): Promise<Keys> {
+  const c = io.config;
+  const { name } = event.ref;
+  return withHub(io, async (hub) => {
+    const keys = (await addons(hub, c)).filter((a) => installNamespaceOf(a) === name && a.status?.registrations?.length).map((a) => keyOf(c, a.metadata.name));
+    return keys.length ? keys : { skip: `no add-on of ${c.clusterName} installs into ${name}` };
+  });
 }

@@ -4,25 +4,37 @@
 // reached keep their last-known-good. Its status names the phase, the clusters updated and those that
 // rolled back.
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, settingsHash, type ClusterState } from "../../shared/agent-config.ts";
-import { AgentConfigGroup, AgentConfigName, AgentConfigResource, RolloutPhase, type AgentConfig } from "../../shared/api/agent-config.ts";
-import { ClusterGroup, ClusterLabel, PlacementDecisionResource, PlacementResource, type Placement, type PlacementDecision } from "../../shared/api/cluster.ts";
+import { AgentConfigName, AgentConfigResource, RolloutPhase, type AgentConfig } from "../../shared/api/agent-config.ts";
+import { ClusterLabel, PlacementDecisionResource, PlacementResource, type Placement, type PlacementDecision } from "../../shared/api/cluster.ts";
 import { plan, type Target } from "./plan.ts";
-
 
 export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// Resource mode: a cluster's own config names the rollout that wrote it in its labels, and a decision
+// its placement.
+export const fn = defineFunction({
   name: "agent-config-rollout",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: AgentConfigResource, verbs: ["add", "update"], root: true, keys: configKeys },
+    // the placement deciding other clusters
+    { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["add", "update"], keys: decisionKeys },
+  ],
+  resyncSeconds: 60,
+  // only the fleet-level configs: the clusters' own are reconciled through the rollout that wrote them
+  resync: (io, tick) => (tick.cluster && tick.cluster !== io.config.hubCluster ? { skip: `tick for cluster ${tick.cluster}, not the hub` } : fleetKeys(io, () => true)),
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 const isFleetLevel = (c: AgentConfig) => c.metadata.name !== AgentConfigName && !!c.spec?.placementRef?.name;
 
@@ -84,29 +96,23 @@ async function decidedClusters(hub: KubeClient, namespace: string, placement: st
 
 // ---- which fleet-level configs an event concerns
 
-const isKind = (e: ObjectEvent, group: string, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${group}/`);
-
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+async function fleetKeys(io: Io<Config>, wanted: (c: AgentConfig) => boolean): Promise<Key[]> {
   const hub = io.config.hubCluster;
-  const client = io.cluster(hub);
-  const fleetKeys = async (wanted: (c: AgentConfig) => boolean) =>
-    (await client.list<AgentConfig>(AgentConfigResource)).items.filter((c) => isFleetLevel(c) && wanted(c)).map((c) => ({ cluster: hub, namespace: c.metadata.namespace, name: c.metadata.name }));
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    return fleetKeys(() => true);
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
-  if (isKind(event, AgentConfigGroup, AgentConfigResource.kind)) {
-    if (event.ref.name !== AgentConfigName) return [{ cluster: hub, namespace: event.ref.namespace, name: event.ref.name }];
-    // a cluster's own config: its status moved, so the rollout that wrote it may go on
-    const c = (event.object as AgentConfig | undefined) ?? (await client.get<AgentConfig>(AgentConfigResource, event.ref.name, event.ref.namespace));
-    const from = c?.metadata.labels?.[RolloutLabel];
-    const ns = c?.metadata.annotations?.[RolloutNamespaceAnnotation];
-    return from && ns ? [{ cluster: hub, namespace: ns, name: from }] : { skip: "a cluster's config no rollout wrote" };
-  }
-  if (isKind(event, ClusterGroup, PlacementDecisionResource.kind)) {
-    const placement = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
-    return fleetKeys((c) => c.metadata.namespace === event.ref.namespace && (placement === undefined || c.spec?.placementRef?.name === placement));
-  }
-  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+  const { items } = await io.cluster(hub).list<AgentConfig>(AgentConfigResource);
+  return items.filter((c) => isFleetLevel(c) && wanted(c)).map((c) => ({ cluster: hub, namespace: c.metadata.namespace, name: c.metadata.name }));
+}
+
+async function configKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
+  const hub = io.config.hubCluster;
+  if (event.ref.name !== AgentConfigName) return [{ cluster: hub, namespace: event.ref.namespace, name: event.ref.name }];
+  // a cluster's own config: its status moved, so the rollout that wrote it may go on
+  const c = (event.object as AgentConfig | undefined) ?? (await io.cluster(hub).get<AgentConfig>(AgentConfigResource, event.ref.name, event.ref.namespace));
+  const from = c?.metadata.labels?.[RolloutLabel];
+  const ns = c?.metadata.annotations?.[RolloutNamespaceAnnotation];
+  return from && ns ? [{ cluster: hub, namespace: ns, name: from }] : { skip: "a cluster's config no rollout wrote" };
+}
+
+function decisionKeys(event: ObjectEvent, io: Io<Config>): Promise<Key[]> {
+  const placement = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
+  return fleetKeys(io, (c) => c.metadata.namespace === event.ref.namespace && (placement === undefined || c.spec?.placementRef?.name === placement));
 }

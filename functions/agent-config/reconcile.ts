@@ -42,7 +42,8 @@ import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import { configError } from "../../shared/function-env.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
@@ -61,13 +62,19 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 const NAME = "agent-config";
 
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
+// The schema's input, not its output: the allow-list is parsed from its text, so parsing a parsed
+// config again would fail. defineFunction parses what this returns.
+function settingsFromEnv(env: NodeJS.ProcessEnv): z.input<typeof ConfigSchema> {
+  return {
     ...spokeAgentSettingsFromEnv(env),
     allow: env.OCM_AGENT_CONFIG_ALLOW,
     defaultTrialSeconds: env.OCM_AGENT_CONFIG_TRIAL_SECONDS ? Number(env.OCM_AGENT_CONFIG_TRIAL_SECONDS) : undefined,
-    installTime: jsonVariable(env, "OCM_AGENT_CONFIG_INSTALL_TIME"),
-  });
+    installTime: jsonVariable(env, "OCM_AGENT_CONFIG_INSTALL_TIME") as z.input<typeof AgentSettingsSchema>,
+  };
+}
+
+export function configFromEnv(env: NodeJS.ProcessEnv): Config {
+  return ConfigSchema.parse(settingsFromEnv(env));
 }
 
 function jsonVariable(env: NodeJS.ProcessEnv, variable: string): unknown {
@@ -84,31 +91,39 @@ type ConfigMap = KubeObject & { data?: Record<string, string> };
 type AgentConfigObject = AgentConfig & KubeObject;
 type ManagedClusterObject = ManagedCluster & KubeObject;
 
-export const spec: FunctionSpec<Config> = {
+// One key per agent: its cluster. The cluster's assigned AgentConfig on the hub and the agent's
+// checkpoint and health records on the spoke wake it; so does a resync tick for either cluster.
+export const fn = defineFunction({
   name: NAME,
-  keys(event, io) {
+  config: ConfigSchema,
+  env: settingsFromEnv,
+  watches: (c) => [
+    {
+      cluster: c.hubCluster,
+      resource: AgentConfigResource,
+      namespace: c.clusterName,
+      mode: "Resource",
+      keys: (e) => (e.ref.name === AgentConfigName ? [agentKey(c)] : { skip: `AgentConfig ${e.ref.name} is not the cluster's assigned one (${AgentConfigName})` }),
+    },
+    {
+      cluster: c.managementCluster,
+      resource: ConfigMapResource,
+      namespace: c.agentNamespace,
+      mode: "Either",
+      keys: (e) => ([CheckpointConfigMapName, AgentHealthConfigMapName].includes(e.ref.name) ? [agentKey(c)] : { skip: `ConfigMap ${e.ref.name} is neither the checkpoint nor the health records` }),
+    },
+  ],
+  resyncSeconds: 60,
+  resync: (io, tick) => {
     const c = io.config;
-    const key: Key = { cluster: c.managementCluster, name: c.clusterName };
-    if (event.type === "tick") {
-      if (event.cluster && event.cluster !== c.managementCluster && event.cluster !== c.hubCluster) return { skip: `tick for cluster ${event.cluster}` };
-      return [key];
-    }
-    const { kind, name, namespace, apiVersion } = event.ref;
-    if (kind === AgentConfigResource.kind && apiVersion.startsWith(`${AgentConfigResource.group}/`)) {
-      if (event.cluster !== c.hubCluster) return { skip: `AgentConfig on ${event.cluster}, not on the hub` };
-      if (namespace !== c.clusterName) return { skip: `AgentConfig of cluster ${namespace ?? ""}, not ${c.clusterName}` };
-      if (name !== AgentConfigName) return { skip: `AgentConfig ${name} is not the cluster's assigned one (${AgentConfigName})` };
-      return [key];
-    }
-    if (kind === ConfigMapResource.kind && apiVersion === "v1") {
-      if (event.cluster !== c.managementCluster || namespace !== c.agentNamespace) return { skip: `ConfigMap ${namespace ?? ""}/${name} on ${event.cluster} is not the agent's` };
-      if (name !== CheckpointConfigMapName && name !== AgentHealthConfigMapName) return { skip: `ConfigMap ${name} is neither the checkpoint nor the health records` };
-      return [key];
-    }
-    return { skip: `not a kind this function watches: ${kind}` };
+    if (tick.cluster && tick.cluster !== c.managementCluster && tick.cluster !== c.hubCluster) return { skip: `tick for cluster ${tick.cluster}` };
+    return [agentKey(c)];
   },
   reconcile,
-};
+});
+export const spec = fn.spec;
+
+const agentKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
 
 export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;

@@ -4,9 +4,9 @@
 import { createClusterLease } from "../../shared/cluster-lease.ts";
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
-import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
+import { defineFunction, type KeysOrSkip, type Watch } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
 import { isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -32,7 +32,7 @@ import {
   ManagedClusterResource,
   type ManagedCluster,
 } from "../../shared/api/cluster.ts";
-import { ManifestWorkResource, WorkFinalizer, WorkGroup } from "../../shared/api/work.ts";
+import { ManifestWorkResource, WorkFinalizer } from "../../shared/api/work.ts";
 import { AddonNameLabel } from "../../shared/api/registration.ts";
 import { HubRbacName } from "../../shared/api/register.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
@@ -45,41 +45,49 @@ export const ConfigSchema = HubSettingsSchema;
 export type Config = HubSettings;
 export const configFromEnv = hubSettingsFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManagedCluster, all its changes: a deleted cluster's RBAC goes. A cluster is also
+// woken by the objects labelled with its name when someone changes or removes them (put them back), by
+// a bootstrap CSR (auto-acceptance), and by a ManifestWork leaving its namespace (the last one gone frees
+// the work RoleBinding's finalizer). Those come in Resource mode: the payload carries the label.
+export const fn = defineFunction({
   name: "cluster-acceptor",
-  keys: (event, io) => managedClusterKeys(event, io, (e, hub) => keysOfRelated(e, hub, io)),
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true },
+    ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
+      (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource) }),
+    ),
+    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: ClusterLabel.ClusterName, verbs: ["add"], keys: keysOfCsr },
+    {
+      cluster: c.hubCluster,
+      resource: ManifestWorkResource,
+      verbs: ["delete"],
+      keys: (e) => (e.ref.namespace ? [{ cluster: e.cluster, name: e.ref.namespace }] : { skip: "ManifestWork without namespace" }),
+    },
+  ],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 // OCM requeues after 5 s while ManifestWorks keep the work RoleBinding's finalizer in place.
 const WORKS_REMAIN_RECHECK_MS = 5_000;
 
-// Kinds whose events wake the cluster named by their cluster-name label.
-const labelledKinds: Record<string, ApiResource> = {
-  [ClusterRoleResource.kind]: ClusterRoleResource,
-  [ClusterRoleBindingResource.kind]: ClusterRoleBindingResource,
-  [RoleResource.kind]: RoleResource,
-  [RoleBindingResource.kind]: RoleBindingResource,
-  [NamespaceResource.kind]: NamespaceResource,
-  [CertificateSigningRequestResource.kind]: CertificateSigningRequestResource,
-};
-
-// Besides its own events, a cluster is woken by ManifestWorks in its namespace (one going away may free
-// the work RoleBinding's finalizer) and by the objects labelled with its name.
-async function keysOfRelated(event: ObjectEvent, hub: string, io: Io<Config>): Promise<Keys> {
-  const { kind, apiVersion, namespace } = event.ref;
-  if (kind === ManifestWorkResource.kind && apiVersion.startsWith(`${WorkGroup}/`)) return namespace ? [{ cluster: hub, name: namespace }] : { skip: "ManifestWork without namespace" };
-  const resource = labelledKinds[kind];
-  if (!resource) return { skip: `not a kind this function watches: ${kind}` };
-  if (resource === CertificateSigningRequestResource && io.config.autoApprovalUsers.length === 0) return { skip: "CSR event, but auto-approval is off" };
-  const labels = await labelsOf(event, resource, io.cluster(hub));
-  if (labels === undefined) return { skip: `${kind} ${event.ref.name} is gone; the resync covers it` };
+// A labelled object wakes the cluster its cluster-name label names.
+async function keysOfLabelled(event: ObjectEvent, io: Io<Config>, resource: ApiResource): Promise<KeysOrSkip> {
+  const labels = await labelsOf(event, resource, io.cluster(event.cluster));
+  if (labels === undefined) return { skip: `${event.ref.kind} ${event.ref.name} is gone; the resync covers it` };
   const cluster = labels[ClusterLabel.ClusterName];
   // The shared ClusterRoles carry the label with an empty value: they belong to no one cluster.
-  if (!cluster) return { skip: `${kind} ${event.ref.name} names no cluster` };
+  if (!cluster) return { skip: `${event.ref.kind} ${event.ref.name} names no cluster` };
   if (resource === CertificateSigningRequestResource && labels[AddonNameLabel]) return { skip: "an add-on's CSR" };
-  return [{ cluster: hub, name: cluster }];
+  return [{ cluster: event.cluster, name: cluster }];
 }
+
+// A bootstrap CSR matters only for auto-acceptance.
+const keysOfCsr = (event: ObjectEvent, io: Io<Config>): KeysOrSkip | Promise<KeysOrSkip> =>
+  io.config.autoApprovalUsers.length === 0 ? { skip: "CSR event, but auto-approval is off" } : keysOfLabelled(event, io, CertificateSigningRequestResource);
 
 // Resource mode carries the labels; a Reference-mode event needs a read.
 async function labelsOf(event: ObjectEvent, resource: ApiResource, hub: KubeClient): Promise<Record<string, string> | undefined> {

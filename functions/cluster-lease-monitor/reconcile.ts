@@ -3,9 +3,9 @@
 // creates a missing lease and schedules the next look for the moment the lease would expire.
 import { createClusterLease, type Lease } from "../../shared/cluster-lease.ts";
 import { z } from "zod";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
-import { managedClusterKeys, type Keys } from "../../shared/cluster-keys.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { recordEvent } from "../../shared/kube/event-recorder.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
@@ -13,6 +13,7 @@ import { findCondition, hasCondition, setCondition, type NewCondition } from "..
 import { LeaseResource } from "../../shared/api/kube.ts";
 import {
   ClusterAnnotation,
+  ClusterLabel,
   DefaultLeaseDurationSeconds,
   ManagedClusterConditionType,
   ManagedClusterLeaseName,
@@ -41,18 +42,26 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
 
 export type { Lease };
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManagedCluster (a deleted one has nothing left to judge). Only the cluster leases
+// carry the cluster-name label, so node and leader-election leases never reach the function.
+export const fn = defineFunction({
   name: "cluster-lease-monitor",
-  keys: (event, io) => managedClusterKeys(event, io, keysOfLease),
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["add", "update"], root: true },
+    { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease },
+  ],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 // A lease wakes the cluster whose namespace it lives in.
-function keysOfLease(event: ObjectEvent, hub: string): Keys {
-  const { kind, apiVersion, name, namespace } = event.ref;
-  if (kind !== LeaseResource.kind || !apiVersion.startsWith(`${LeaseResource.group}/`)) return { skip: `not a kind this function watches: ${kind}` };
+function keysOfLease(event: ObjectEvent): KeysOrSkip {
+  const { name, namespace } = event.ref;
   if (name !== ManagedClusterLeaseName) return { skip: `lease ${namespace ?? ""}/${name} is not a cluster lease` };
-  return namespace ? [{ cluster: hub, name: namespace }] : { skip: "cluster lease without a namespace" };
+  return namespace ? [{ cluster: event.cluster, name: namespace }] : { skip: "cluster lease without a namespace" };
 }
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {

@@ -5,15 +5,15 @@
 // exists (Bound). The root kind is ManagedClusterSet, keyed by name; a binding is named after its set.
 import { isDeepStrictEqual } from "node:util";
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setSelector } from "../../shared/cluster-set-members.ts";
 import {
-  ClusterGroup,
   ClusterLabel,
   DefaultClusterSetName,
   ManagedClusterResource,
@@ -43,38 +43,43 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+export const fn = defineFunction({
   name: "cluster-sets",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  // Every kind in either mode: the keys are names, and the function reads everything else.
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true },
+    // OCM's admission holds a binding's name equal to spec.clusterSet, so the name is the set's key.
+    { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]) },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys },
+  ],
+  resyncSeconds: 60,
+  resync,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
-const isKind = (e: ObjectEvent, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${ClusterGroup}/`);
 const keysFor = (hub: string, names: readonly string[]): Key[] => [...new Set(names)].map((name) => ({ cluster: hub, name }));
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
+// Bindings too: a set deleted while the watch was down leaves bindings whose set no longer exists.
+async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
   const hub = io.config.hubCluster;
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    // Bindings too: a set deleted while the watch was down leaves bindings whose set no longer exists.
-    const [sets, bindings] = await Promise.all([setNames(io.cluster(hub)), io.cluster(hub).list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource)]);
-    return keysFor(hub, [DefaultClusterSetName, GlobalClusterSetName, ...sets, ...bindings.items.map((b) => b.metadata.name)]);
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
-  if (isKind(event, ManagedClusterSetResource.kind)) return keysFor(hub, [event.ref.name]);
-  // OCM's admission holds a binding's name equal to spec.clusterSet, so the name is the set's key.
-  if (isKind(event, ManagedClusterSetBindingResource.kind)) return keysFor(hub, [event.ref.name]);
-  // The event carries only the cluster's new labels, so a set it left cannot be told from it: recount
-  // every set, and default, which labels a cluster that has no set.
-  if (isKind(event, ManagedClusterResource.kind)) {
-    const sets = (await io.cluster(hub).list<ManagedClusterSet>(ManagedClusterSetResource)).items;
-    // An update cannot move a cluster into or out of a set that selects every cluster (global): only an
-    // add or a delete changes that count, and it is a list of the whole fleet.
-    const recount = event.verb === "update" ? sets.filter((s) => !selectsEveryCluster(s)) : sets;
-    const pinned = event.verb === "update" ? [DefaultClusterSetName] : [DefaultClusterSetName, GlobalClusterSetName];
-    return keysFor(hub, [...pinned, ...recount.map((s) => s.metadata.name)]);
-  }
-  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+  if (tick.cluster && tick.cluster !== hub) return { skip: `tick for cluster ${tick.cluster}, not the hub` };
+  const [sets, bindings] = await Promise.all([setNames(io.cluster(hub)), io.cluster(hub).list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource)]);
+  return keysFor(hub, [DefaultClusterSetName, GlobalClusterSetName, ...sets, ...bindings.items.map((b) => b.metadata.name)]);
+}
+
+// The event carries only the cluster's new labels, so a set it left cannot be told from it: recount
+// every set, and default, which labels a cluster that has no set.
+async function clusterKeys(event: ObjectEvent, io: Io<Config>): Promise<Key[]> {
+  const hub = io.config.hubCluster;
+  const sets = (await io.cluster(hub).list<ManagedClusterSet>(ManagedClusterSetResource)).items;
+  // An update cannot move a cluster into or out of a set that selects every cluster (global): only an
+  // add or a delete changes that count, and it is a list of the whole fleet.
+  const recount = event.verb === "update" ? sets.filter((s) => !selectsEveryCluster(s)) : sets;
+  const pinned = event.verb === "update" ? [DefaultClusterSetName] : [DefaultClusterSetName, GlobalClusterSetName];
+  return keysFor(hub, [...pinned, ...recount.map((s) => s.metadata.name)]);
 }
 
 function selectsEveryCluster(set: ManagedClusterSet): boolean {

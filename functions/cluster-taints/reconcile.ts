@@ -1,8 +1,8 @@
 // Keeps a ManagedCluster's availability taints in step with its Available condition on the hub
 // (ocm-protocol §4.4): unreachable while Unknown or missing, unavailable while False, none while True.
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import { managedClusterKeys } from "../../shared/cluster-keys.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, TaintEffect, TaintKey, type ManagedCluster, type Taint } from "../../shared/api/cluster.ts";
@@ -12,11 +12,17 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManagedCluster: a change wakes its own cluster, and the resync tick every cluster.
+// Deletions wake nothing: a cluster that is gone has no taints to keep.
+export const fn = defineFunction({
   name: "cluster-taints",
-  keys: (event, io) => managedClusterKeys(event, io),
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [{ cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["add", "update"], root: true }],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);

@@ -2,8 +2,9 @@
 // (granted at acceptance), a bootstrap request from a configured auto-approval user. The root kind is
 // CertificateSigningRequest; kube-controller-manager signs what this approves.
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { resourcePath } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, SubjectAccessReviewResource } from "../../shared/api/kube.ts";
@@ -19,33 +20,34 @@ export const ConfigSchema = HubSettingsSchema;
 export type Config = HubSettings;
 export const configFromEnv = hubSettingsFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is CertificateSigningRequest; a deleted CSR needs no decision.
+export const fn = defineFunction({
   name: "csr-approver",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [{ cluster: c.hubCluster, resource: CertificateSigningRequestResource, mode: "Either", verbs: ["add", "update"], root: true, keys: keysOfCsr }],
+  resyncSeconds: 60,
+  resync: pendingAgentCsrs,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
-  const hub = io.config.hubCluster;
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    return pendingAgentCsrs(io.cluster(hub), hub);
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
-  if (event.ref.kind !== CertificateSigningRequestResource.kind) return { skip: `not a CertificateSigningRequest: ${event.ref.kind}` };
-  // The signer of a CSR is immutable, so the payload's may be trusted for this one filter.
+// The signer of a CSR is immutable, so the payload's may be trusted for this one filter.
+function keysOfCsr(event: ObjectEvent): KeysOrSkip {
   const signer = (event.object as CertificateSigningRequest | undefined)?.spec?.signerName;
   if (signer !== undefined && signer !== KubeAPIServerClientSignerName) return { skip: `signer ${signer}` };
   return [{ cluster: event.cluster, name: event.ref.name }];
 }
 
-// The resync: every cluster-agent CSR that is still waiting for a decision.
-async function pendingAgentCsrs(client: KubeClient, cluster: string): Promise<Key[]> {
-  const { items } = await client.list<CertificateSigningRequest>(CertificateSigningRequestResource, {
+// The resync: every cluster-agent CSR that is still waiting for a decision, not every CSR.
+async function pendingAgentCsrs(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
+  const hub = io.config.hubCluster;
+  if (tick.cluster && tick.cluster !== hub) return { skip: `tick for cluster ${tick.cluster}, not the hub` };
+  const { items } = await io.cluster(hub).list<CertificateSigningRequest>(CertificateSigningRequestResource, {
     labelSelector: ClusterLabel.ClusterName,
     fieldSelector: `spec.signerName=${KubeAPIServerClientSignerName}`,
   });
-  return items.filter((csr) => !isTerminal(csr)).map((csr) => ({ cluster, name: csr.metadata.name }));
+  return items.filter((csr) => !isTerminal(csr)).map((csr) => ({ cluster: hub, name: csr.metadata.name }));
 }
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {

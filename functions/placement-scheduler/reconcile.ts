@@ -2,14 +2,14 @@
 // placement's namespace, filtered, scored and cut to numberOfClusters (schedule.ts), written as
 // PlacementDecisions of at most 100 clusters and summed up in the Placement's status.
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { FunctionEvent, ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
 import { setSelector, setSelects } from "../../shared/cluster-set-members.ts";
 import {
-  ClusterGroup,
   ClusterLabel,
   ManagedClusterResource,
   ManagedClusterSetBindingResource,
@@ -40,11 +40,24 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-export const spec: FunctionSpec<Config> = {
+// Resource mode where the payload is read (a Placement's status, a decision's or a cluster's labels, a
+// set's generation). Our own decision writes are not watched (each would wake the function for nothing):
+// a deleted decision is written again, and a hand edit of one is undone by the resync.
+export const fn = defineFunction({
   name: "placement-scheduler",
-  keys: keysOf,
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "update"], root: true, keys: placementKeys },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, keys: placementsForCluster },
+    { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys },
+    { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, verbs: ["add", "delete"], keys: bindingKeys },
+    { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["delete"], keys: decisionKeys },
+  ],
+  resyncSeconds: 60,
   reconcile,
-};
+});
+export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);
@@ -152,39 +165,29 @@ async function decisionCountsElsewhere(hub: KubeClient, p: Placement): Promise<M
 
 // ---- which placements an event concerns
 
-const isKind = (e: ObjectEvent, kind: string) => e.ref.kind === kind && e.ref.apiVersion.startsWith(`${ClusterGroup}/`);
 const placementKey = (hub: string, p: Pick<Placement, "metadata">): Key => ({ cluster: hub, namespace: p.metadata.namespace, name: p.metadata.name });
 
-async function keysOf(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> {
-  const hub = io.config.hubCluster;
-  const client = io.cluster(hub);
-  if (event.type === "tick") {
-    if (event.cluster && event.cluster !== hub) return { skip: `tick for cluster ${event.cluster}, not the hub` };
-    const { items } = await client.list<Placement>(PlacementResource);
-    return items.map((p) => placementKey(hub, p));
-  }
-  if (event.cluster !== hub) return { skip: `event from cluster ${event.cluster}, not the hub` };
+function placementKeys(event: ObjectEvent): KeysOrSkip {
+  // Our own status write comes back as an update: its conditions already name this generation.
+  if (event.verb === "update" && event.object && scheduledThisGeneration(event.object as Placement)) return { skip: "status update of a generation already scheduled" };
+  return [{ cluster: event.cluster, namespace: event.ref.namespace ?? "", name: event.ref.name }];
+}
+
+async function decisionKeys(event: ObjectEvent, io: Io<Config>): Promise<Key[]> {
   const namespace = event.ref.namespace ?? "";
-  if (isKind(event, PlacementResource.kind)) {
-    // Our own status write comes back as an update: its conditions already name this generation.
-    if (event.verb === "update" && event.object && scheduledThisGeneration(event.object as Placement)) return { skip: "status update of a generation already scheduled" };
-    return [{ cluster: hub, namespace, name: event.ref.name }];
-  }
-  if (isKind(event, PlacementDecisionResource.kind)) {
-    const owner = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
-    if (owner) return [{ cluster: hub, namespace, name: owner }];
-    return placementsIn(client, hub, (p) => p.metadata.namespace === namespace);
-  }
-  if (isKind(event, ManagedClusterSetBindingResource.kind)) return placementsIn(client, hub, (p) => p.metadata.namespace === namespace && usesSet(p, event.ref.name));
-  if (isKind(event, ManagedClusterSetResource.kind)) {
-    // cluster-sets' count written for the set's present generation: membership changes reach us as cluster events
-    if (event.verb === "update" && event.object && statusOnlySetUpdate(event.object as ManagedClusterSet)) return { skip: "status update of a cluster set whose selector is unchanged" };
-    const { items } = await client.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: `metadata.name=${event.ref.name}` });
-    const namespaces = new Set(items.map((b) => b.metadata.namespace));
-    return placementsIn(client, hub, (p) => namespaces.has(p.metadata.namespace) && usesSet(p, event.ref.name));
-  }
-  if (isKind(event, ManagedClusterResource.kind)) return placementsForCluster(io, hub, event);
-  return { skip: `not a kind this function watches: ${event.ref.kind}` };
+  const owner = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
+  if (owner) return [{ cluster: event.cluster, namespace, name: owner }];
+  return placementsIn(io, (p) => p.metadata.namespace === namespace);
+}
+
+const bindingKeys = (event: ObjectEvent, io: Io<Config>) => placementsIn(io, (p) => p.metadata.namespace === (event.ref.namespace ?? "") && usesSet(p, event.ref.name));
+
+async function setKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
+  // cluster-sets' count written for the set's present generation: membership changes reach us as cluster events
+  if (event.verb === "update" && event.object && statusOnlySetUpdate(event.object as ManagedClusterSet)) return { skip: "status update of a cluster set whose selector is unchanged" };
+  const { items } = await io.cluster(event.cluster).list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: `metadata.name=${event.ref.name}` });
+  const namespaces = new Set(items.map((b) => b.metadata.namespace));
+  return placementsIn(io, (p) => namespaces.has(p.metadata.namespace) && usesSet(p, event.ref.name));
 }
 
 const usesSet = (p: Placement, set: string) => (p.spec.clusterSets ?? []).length === 0 || p.spec.clusterSets!.includes(set);
@@ -203,14 +206,16 @@ function statusOnlySetUpdate(set: ManagedClusterSet): boolean {
   return g !== undefined && findCondition(set.status?.conditions, ManagedClusterSetConditionType.ClusterSetEmpty)?.observedGeneration === g;
 }
 
-async function placementsIn(client: KubeClient, hub: string, wanted: (p: Placement) => boolean): Promise<Key[]> {
-  const { items } = await client.list<Placement>(PlacementResource);
+async function placementsIn(io: Io<Config>, wanted: (p: Placement) => boolean): Promise<Key[]> {
+  const hub = io.config.hubCluster;
+  const { items } = await io.cluster(hub).list<Placement>(PlacementResource);
   return items.filter(wanted).map((p) => placementKey(hub, p));
 }
 
 // A cluster matters to the placements that can select it now (through a set bound to their namespace)
 // and to those that have decided it (it may have just left).
-async function placementsForCluster(io: Io<Config>, hub: string, event: ObjectEvent): Promise<Key[]> {
+async function placementsForCluster(event: ObjectEvent, io: Io<Config>): Promise<Key[]> {
+  const hub = io.config.hubCluster;
   const client = io.cluster(hub);
   // a deleted cluster is in no set any more; Reference mode carries no labels, so those are read
   const cluster = event.verb === "delete" ? undefined : ((event.object as ManagedCluster | undefined) ?? (await client.get<ManagedCluster>(ManagedClusterResource, event.ref.name)));

@@ -9,14 +9,17 @@
 // outcome changes. Nothing extra reaches the hub.
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
-import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ClusterClaimResource, ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { NodeResource, SecretResource } from "../../shared/api/kube.ts";
 import { ClusterEventReason } from "../../shared/api/health.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDefault, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { HealthKey, mergeSettings, readActiveSettings, recordHealth, type AgentSettings, type HealthObservation } from "../../shared/agent-config.ts";
 import { isConflict } from "../../shared/kube/errors.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { recordEvent, type EventType } from "../../shared/kube/event-recorder.ts";
@@ -63,21 +66,28 @@ export type Step = (draft: Status, ctx: StepContext) => StepResult | Promise<Ste
 // trustworthy to report; nothing at all until the hub has accepted the cluster.
 const steps: readonly Step[] = [joined, available, resources, claims];
 
-export const spec: FunctionSpec<Config> = {
+// One key per agent: its cluster. The ManagedCluster on the hub (the relay watches it by name), the hub
+// kubeconfig secret, and any node or claim on the spoke (they may change capacity, allocatable or the
+// exposed claims) wake it; so does every resync tick.
+export const fn = defineFunction({
   name: "spoke-cluster-status",
-  keys(event, io) {
-    const c = io.config;
-    const key = { cluster: c.managementCluster, name: c.clusterName };
-    if (event.type === "tick") return [key];
-    const { kind, name, namespace } = event.ref;
-    if (kind === "ManagedCluster" && name === c.clusterName) return [key];
-    if (kind === "Secret" && namespace === c.agentNamespace && name === c.hubSecret) return [key];
-    // any node or claim on the spoke may change capacity, allocatable or the exposed claims
-    if ((kind === "Node" || kind === "ClusterClaim") && event.cluster === c.managementCluster) return [key];
-    return { skip: `not this cluster's object: ${kind} ${namespace ?? ""}/${name}` };
-  },
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManagedClusterResource, fieldSelector: `metadata.name=${c.clusterName}`, mode: "Resource", keys: (e) => (e.ref.name === c.clusterName ? [clusterKey(c)] : skipOf(e)) },
+    { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Either", keys: (e) => (e.ref.name === c.hubSecret ? [clusterKey(c)] : skipOf(e)) },
+    { cluster: c.managementCluster, resource: NodeResource, mode: "Either", keys: () => [clusterKey(c)] },
+    { cluster: c.managementCluster, resource: ClusterClaimResource, mode: "Either", keys: () => [clusterKey(c)] },
+  ],
+  resyncSeconds: 60,
+  // the cluster's key whatever cluster the tick names: it is the only thing this function reconciles
+  resync: (io) => [clusterKey(io.config)],
   reconcile,
-};
+});
+export const spec = fn.spec;
+
+const clusterKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
+const skipOf = (e: ObjectEvent) => ({ skip: `not this cluster's object: ${e.ref.kind} ${e.ref.namespace ?? ""}/${e.ref.name}` });
 
 export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;

@@ -21,7 +21,9 @@ import { createOrUpdate, patchStatusIfChanged } from "../../shared/apply.ts";
 import { PendingKey, certificateRequest, createCsrOnce, encodeSecretData, generatedNameSuffix, judgeCsr, newPrivateKeyPem, rotationDueAt, rotationFailedMessage } from "../../shared/csr-flow.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import type { ObjectEvent } from "../../shared/events.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, shouldRotate, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
@@ -53,23 +55,32 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
 // remembers nothing, and OCM's secret layout must not change, so it has a secret of its own.
 export const pendingSecretName = (c: Config) => `${c.hubSecret}-pending-csr`;
 
-export const spec: FunctionSpec<Config> = {
+// One key per agent: its cluster. The agent's own secrets (Reference mode: no secret data travels) and
+// the CSRs of this cluster on the hub, whose issuance is an update, wake it; so does every resync tick.
+export const fn = defineFunction({
   name: "spoke-registration",
-  keys(event, io) {
-    const c = io.config;
-    const key = { cluster: c.managementCluster, name: c.clusterName };
-    if (event.type === "tick") return [key];
-    const { kind, name, namespace } = event.ref;
-    if (kind === "Secret" && event.cluster === c.managementCluster && namespace === c.agentNamespace && [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)].includes(name)) return [key];
-    if (kind === "ManagedCluster" && name === c.clusterName) return [key];
-    if (kind === "CertificateSigningRequest") {
-      const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
-      if (!event.object || (labels?.[ClusterLabel.ClusterName] === c.clusterName && !labels[AddonNameLabel])) return [key];
-    }
-    return { skip: `not this agent's object: ${kind} ${namespace ?? ""}/${name}` };
-  },
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Reference", keys: (e) => (ownSecrets(c).includes(e.ref.name) ? [agentKey(c)] : { skip: `not this agent's secret: ${e.ref.name}` }) },
+    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName}`, verbs: ["update"], keys: (e) => csrKeys(c, e) },
+  ],
+  resyncSeconds: 60,
+  // the agent's key whatever cluster the tick names: it is the only thing this function reconciles
+  resync: (io) => [agentKey(io.config)],
   reconcile,
-};
+});
+export const spec = fn.spec;
+
+const agentKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
+const ownSecrets = (c: Config) => [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)];
+
+// The label selector is the source's; the add-on label is not, so add-on CSRs are skipped here.
+function csrKeys(c: Config, e: ObjectEvent): Key[] | { skip: string } {
+  const labels = (e.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
+  if (!e.object || (labels?.[ClusterLabel.ClusterName] === c.clusterName && !labels[AddonNameLabel])) return [agentKey(c)];
+  return { skip: `not this agent's CSR: ${e.ref.name}` };
+}
 
 export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;

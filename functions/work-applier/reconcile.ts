@@ -12,12 +12,12 @@ import {
   ManifestWorkResource,
   WorkConditionType,
   WorkFinalizer,
-  WorkGroup,
   type ManifestConfigOption,
 } from "../../shared/api/work.ts";
 import { addFinalizer, patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, isTrue, setCondition } from "../../shared/conditions.ts";
-import { done, type FunctionSpec, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
@@ -65,28 +65,27 @@ const MIN_ERROR_RECHECK_MS = 1_000;
 const MAX_ERROR_RECHECK_MS = 300_000;
 
 
-export const spec: FunctionSpec<Config> = {
+// The root kind is ManifestWork on the hub, in the cluster's namespace, keyed by itself; an
+// AppliedManifestWork on the spoke wakes the work it is named after. The hub is reached with the
+// agent's own credentials, so a resync tick's keys come from keysOnTick, not a list through io.
+export const fn = defineFunction({
   name: "work-applier",
-  keys(event, io) {
-    const c = io.config;
-    const keyOf = (name: string): Key => ({ cluster: c.hubCluster, namespace: c.clusterName, name });
-    if (event.type === "tick") return keysOnTick(io);
-    const { kind, name, namespace, apiVersion } = event.ref;
-    if (splitApiVersion(apiVersion).group !== WorkGroup) return { skip: `not a work object: ${kind} ${apiVersion}` };
-    if (kind === ManifestWorkResource.kind) {
-      if (event.cluster !== c.hubCluster) return { skip: `ManifestWork on ${event.cluster}, not on the hub ${c.hubCluster}` };
-      if (namespace !== c.clusterName) return { skip: `ManifestWork in namespace ${namespace}, not cluster ${c.clusterName}'s` };
-      return [keyOf(name)];
-    }
-    if (kind === AppliedManifestWorkResource.kind) {
-      if (event.cluster !== c.managementCluster) return { skip: `AppliedManifestWork on ${event.cluster}, not on ${c.managementCluster}` };
-      const m = APPLIED_NAME.exec(name);
-      return m ? [keyOf(m[1]!)] : { skip: `AppliedManifestWork ${name} is not named <hubHash>-<work>` };
-    }
-    return { skip: `not a ManifestWork or AppliedManifestWork: ${kind}` };
-  },
+  config: ConfigSchema,
+  env: configFromEnv,
+  watches: (c) => [
+    { cluster: c.hubCluster, resource: ManifestWorkResource, namespace: c.clusterName, mode: "Resource", root: true },
+    { cluster: c.managementCluster, resource: AppliedManifestWorkResource, mode: "Resource", keys: (e) => appliedKeys(c, e.ref.name) },
+  ],
+  resyncSeconds: 60,
+  resync: (io) => keysOnTick(io),
   reconcile,
-};
+});
+export const spec = fn.spec;
+
+function appliedKeys(c: Config, name: string): Key[] | { skip: string } {
+  const m = APPLIED_NAME.exec(name);
+  return m ? [{ cluster: c.hubCluster, namespace: c.clusterName, name: m[1]! }] : { skip: `AppliedManifestWork ${name} is not named <hubHash>-<work>` };
+}
 
 // A resync covers every work of the cluster, and every AppliedManifestWork of this hub (one whose work
 // is gone may still be finishing its cleanup).

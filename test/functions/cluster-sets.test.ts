@@ -342,9 +342,9 @@ describe("event delivery", () => {
     expect(await keysOf(tickEvent())).toEqual(resync);
 
     expect(await keysOf(tickEvent("cluster1"))).toEqual({ skip: "tick for cluster cluster1, not the hub" });
-    expect(await keysOf({ ...setEvent(set), cluster: "cluster1" })).toEqual({ skip: "event from cluster cluster1, not the hub" });
+    expect(await keysOf({ ...setEvent(set), cluster: "cluster1" })).toEqual({ skip: `ManagedClusterSet ${set} on cluster1 is not watched` });
     const lease = objectEvent({ cluster: HUB, object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: set, namespace: ns } } });
-    expect(await keysOf(lease)).toEqual({ skip: "not a kind this function watches: Lease" });
+    expect(await keysOf(lease)).toEqual({ skip: `Lease ${ns}/${set} on ${HUB} is not watched` });
   });
 
   it("answers a malformed event with 400 and changes nothing", async () => {

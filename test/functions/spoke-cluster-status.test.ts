@@ -122,7 +122,9 @@ describe("quantities", { timeout: FLEET_TEST_MS }, () => {
 });
 
 describe("which events wake the function", { timeout: FLEET_TEST_MS }, () => {
-  const event = (cluster: string, kind: string, name: string, namespace?: string): FunctionEvent => ({ type: "object", verb: "update", cluster, ref: { apiVersion: "v1", kind, name, namespace } });
+  // a ClusterClaim's apiVersion is its group's, as a real event carries it (the SDK matches kinds by group)
+  const apiVersionOf = (kind: string) => (kind === ClusterClaimResource.kind ? `${ClusterClaimResource.group}/${ClusterClaimResource.version}` : "v1");
+  const event = (cluster: string, kind: string, name: string, namespace?: string): FunctionEvent => ({ type: "object", verb: "update", cluster, ref: { apiVersion: apiVersionOf(kind), kind, name, namespace } });
   it.each([
     { name: "a node on the spoke", event: event(CLUSTER, "Node", "n1"), wakes: true },
     { name: "a ClusterClaim on the spoke", event: event(CLUSTER, "ClusterClaim", "id.k8s.io"), wakes: true },

@@ -367,8 +367,8 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const amw = (n: string, cluster = SPOKE) => objectEvent({ cluster, object: { apiVersion: "work.open-cluster-management.io/v1", kind: "AppliedManifestWork", metadata: { name: n } } });
     const key = { cluster: "hub", namespace: SPOKE, name };
     expect(await keyOf(mw(SPOKE))).toEqual([key]);
-    expect(await keyOf(mw("other-cluster"))).toEqual({ skip: `ManifestWork in namespace other-cluster, not cluster ${SPOKE}'s` });
-    expect(await keyOf(mw(SPOKE, SPOKE))).toEqual({ skip: `ManifestWork on ${SPOKE}, not on the hub hub` });
+    expect(await keyOf(mw("other-cluster"))).toEqual({ skip: `ManifestWork other-cluster/${name} on hub is not watched` });
+    expect(await keyOf(mw(SPOKE, SPOKE))).toEqual({ skip: `ManifestWork ${SPOKE}/${name} on ${SPOKE} is not watched` });
     expect(await keyOf(amw(appliedWorkName(hubHash, name)))).toEqual([key]);
     expect(await keyOf(amw("not-a-hash-name"))).toEqual({ skip: "AppliedManifestWork not-a-hash-name is not named <hubHash>-<work>" });
     expect(await keyOf(tickEvent())).toEqual(expect.arrayContaining([key]));
