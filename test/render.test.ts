@@ -9,6 +9,11 @@ import { BootstrapServiceAccount, hubRelayName } from "../cli/render/hub.ts";
 import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
+import { derivedSubscriptions } from "../cli/render/subscriptions.ts";
+import { watchesOf } from "../cli/render/definitions.ts";
+import { mergeWatches } from "../cli/render/sources.ts";
+import { functionEnv, readManifests } from "../cli/render/objects.ts";
+import { spokeEnvValues } from "../cli/render/spoke.ts";
 
 const root = join(import.meta.dirname, "..");
 
@@ -26,6 +31,40 @@ const hub = renderHub();
 const spoke = renderSpoke({ clusterName: "edge-7", externalServerUrls: ["https://edge-7.example:6443"] });
 const of = <T extends Manifest>(objects: Manifest[], kind: string) => objects.filter((o) => o.kind === kind) as T[];
 const functions = readFunctions().map((f) => ({ name: f.name, side: f.side, f, objects: f.side === "hub" ? hub : spoke }));
+
+// The definitions (shared/sdk.ts) are the one source: func.yaml's subscriptions are derived from their
+// watches, and so are the event sources and the identities that watch for them.
+describe("functions/*/func.yaml", () => {
+  it.each(functions)("$name's subscriptions are its definition's (run `npm run gen:manifests` to fix)", ({ f }) => {
+    expect(f.deploy.subscriptions).toEqual(derivedSubscriptions(f));
+  });
+});
+
+// Each relay identity may get, list and watch what the functions it feeds watch (watchRules, the RBAC
+// skeleton of a definition): the spoke's relay on the spoke (the hub it reads as the agent), and the hub
+// relay local mode runs (dev/local/fleet.ts) on the hub. A Role counts for its own namespace only.
+describe("the relay identities' RBAC", () => {
+  type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+  const grants = (file: string, namespace: string | undefined) =>
+    readManifests("rbac", file).flatMap((d) => (d.kind === "ClusterRole" || (d.kind === "Role" && d.metadata.namespace === namespace) ? ((d as unknown as { rules: Rule[] }).rules ?? []) : []));
+  const allows = (rules: Rule[], group: string, resource: string, verb: string) =>
+    rules.some((r) => r.apiGroups.includes(group) && r.resources.includes(resource) && r.verbs.includes(verb));
+  const sides = [
+    { side: "hub", file: "relay-hub.yaml", cluster: "hub" },
+    { side: "spoke", file: "relay-spoke.yaml", cluster: "spoke" },
+  ];
+  it.each(sides)("lets the $side relay watch every kind its functions watch there", ({ side, file, cluster }) => {
+    const watches = functions
+      .filter((f) => f.side === side)
+      .flatMap(({ f }) => watchesOf(f.name, functionEnv(f, spokeEnvValues({}))).watches.filter((w) => w.cluster === cluster));
+    const missing = mergeWatches(watches).flatMap((s) => {
+      const rules = grants(file, s.namespace);
+      return ["get", "list", "watch"].filter((verb) => !allows(rules, s.resource.group, s.resource.plural, verb)).map((verb) => `${verb} ${s.resource.plural}${s.namespace ? ` in ${s.namespace}` : ""}`);
+    });
+    expect(watches.length).toBeGreaterThan(0);
+    expect(missing).toEqual([]);
+  });
+});
 
 describe("a render", () => {
   it.each([
@@ -111,7 +150,13 @@ describe("a render", () => {
     const subscribed = new Set(functions.filter((f) => f.side === "spoke").flatMap((f) => f.f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
     expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);
     const onHub = config.sources.filter((s) => s.cluster === "hub");
-    expect(onHub.map((s) => s.namespace ?? s.labelSelector ?? s.fieldSelector)).toEqual(["edge-7", "open-cluster-management.io/cluster-name=edge-7", "metadata.name=edge-7", "edge-7", "edge-7"]);
+    expect(Object.fromEntries(onHub.map((s) => [s.resource.kind, s.namespace ?? s.labelSelector ?? s.fieldSelector]))).toEqual({
+      ManagedClusterAddOn: "edge-7",
+      CertificateSigningRequest: "open-cluster-management.io/cluster-name=edge-7",
+      ManagedCluster: "metadata.name=edge-7",
+      ManifestWork: "edge-7",
+      AgentConfig: "edge-7",
+    });
   });
 
   // `clusteradm get token` asks for a token of this account (OCM's cluster-manager makes it).

@@ -2,35 +2,11 @@
 // identity, workload (a Knative Service, or a Deployment and Service) and Triggers, fed by one Broker
 // from an ApiServerSource and a PingSource.
 import type { ApiResource } from "../../shared/api/meta.ts";
-import {
-  CertificateSigningRequestResource,
-  ClusterRoleBindingResource,
-  ClusterRoleResource,
-  LeaseResource,
-  NamespaceResource,
-  RoleBindingResource,
-  RoleResource,
-} from "../../shared/api/kube.ts";
-import {
-  ClusterLabel,
-  ManagedClusterResource,
-  ManagedClusterSetBindingResource,
-  ManagedClusterSetResource,
-  PlacementDecisionResource,
-  PlacementResource,
-} from "../../shared/api/cluster.ts";
-import {
-  AddOnDeploymentConfigV1alpha1Resource,
-  AddOnTemplateResource,
-  ClusterManagementAddOnV1alpha1Resource,
-  ManagedClusterAddOnV1alpha1Resource,
-} from "../../shared/api/addon.ts";
-import { ManifestWorkResource } from "../../shared/api/work.ts";
-import { AgentConfigResource } from "../../shared/api/agent-config.ts";
-import { AddonNameLabel } from "../../shared/api/registration.ts";
 import { PingSourceType } from "../../shared/events.ts";
 import { stringify } from "yaml";
 import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import { watchesOf } from "./definitions.ts";
+import { labelSelectorObject, mergeWatches } from "./sources.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
   broker,
@@ -60,58 +36,25 @@ export type HubOptions = CommonOptions & {
   resyncSchedule?: string; // the PingSource's cron; default every minute (it bounds how late a silent lease is noticed)
 };
 
-// The hub's kinds the functions subscribe to, where they are served.
-const hubKinds: readonly ApiResource[] = [
-  ManagedClusterResource,
-  CertificateSigningRequestResource,
-  LeaseResource,
-  ClusterRoleResource,
-  ClusterRoleBindingResource,
-  RoleResource,
-  RoleBindingResource,
-  NamespaceResource,
-  ManifestWorkResource,
-  ClusterManagementAddOnV1alpha1Resource,
-  ManagedClusterAddOnV1alpha1Resource,
-  AddOnTemplateResource,
-  AddOnDeploymentConfigV1alpha1Resource,
-  PlacementResource,
-  PlacementDecisionResource,
-  ManagedClusterSetResource,
-  ManagedClusterSetBindingResource,
-  AgentConfigResource,
-];
-
-// The label selectors a function's func.yaml comments ask for; a kind not listed here is watched whole.
-// They keep busy objects (node and leader-election leases, unrelated RBAC) off the Broker.
-const watchSelectors: Readonly<Record<string, Readonly<Record<string, string>>>> = {
-  "cluster-acceptor": Object.fromEntries(
-    [ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource, CertificateSigningRequestResource].map((r) => [r.kind, ClusterLabel.ClusterName]),
-  ),
-  "cluster-lease-monitor": { [LeaseResource.kind]: ClusterLabel.ClusterName },
-  "addon-manager": { [ManifestWorkResource.kind]: AddonNameLabel, [RoleBindingResource.kind]: AddonNameLabel },
-  "addon-csr-approver": { [CertificateSigningRequestResource.kind]: AddonNameLabel },
-};
-
 const apiVersionOf = (r: ApiResource) => (r.group ? `${r.group}/${r.version}` : r.version);
 
 type Watch = { resource: ApiResource; selector?: string };
+type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 
-// One watch per kind, unless every function subscribing to it wants only labelled objects: then one per
-// label. A kind some function wants whole is watched whole (a second, labelled watch would only send
-// the same events twice).
-export function hubWatches(fns: readonly FunctionDeployment[]): Watch[] {
-  const wanted = new Map<string, Set<string | undefined>>();
+// The hub's watches of these functions (their definitions' watches, with their settings), one per kind
+// unless every function watching it wants only labelled objects: then one per label selector. A kind
+// some function wants whole is watched whole (a second, labelled watch would only send the same events
+// twice). An ApiServerSource filters by label only, so a field selector or a namespace cannot be asked
+// of it: the function skips what is outside its scope.
+export function hubWatches(fns: readonly Deployed[]): Watch[] {
+  const wanted = new Map<string, { resource: ApiResource; selectors: Set<string | undefined> }>();
   for (const f of fns)
-    for (const { filters } of f.deploy.subscriptions) {
-      if (!filters.kind) continue;
-      const set = wanted.get(filters.kind) ?? new Set();
-      set.add(watchSelectors[f.name]?.[filters.kind]);
-      wanted.set(filters.kind, set);
+    for (const w of watchesOf(f.name, f.env).watches) {
+      const entry = wanted.get(w.resource.kind) ?? { resource: w.resource, selectors: new Set() };
+      entry.selectors.add(w.labelSelector);
+      wanted.set(w.resource.kind, entry);
     }
-  return [...wanted.entries()].flatMap(([kind, selectors]) => {
-    const resource = hubKinds.find((r) => r.kind === kind);
-    if (!resource) throw new Error(`a hub function subscribes to kind ${kind}, which no hub source serves`);
+  return [...wanted.values()].flatMap(({ resource, selectors }) => {
     if (selectors.has(undefined)) return [{ resource }];
     return [...selectors].sort().map((selector) => ({ resource, selector }));
   });
@@ -156,16 +99,16 @@ export const hubRelayName = (fn: string) => `ocm-hub-relay-${fn}`;
 
 // The relay's configuration for one relay-fed function: the function's watches on the hub, named as its
 // events must name the cluster, ticks only if it subscribes to them; K_SINK (the function) is injected.
-export function hubRelayConfig(f: FunctionDeployment, cluster: string, o: { resyncSeconds?: number } = {}): RelayConfigInput {
-  const ticks = f.deploy.subscriptions.some((s) => s.filters.type === PingSourceType);
+export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?: number } = {}): RelayConfigInput {
+  const { fn, watches } = watchesOf(f.name, f.env);
   return {
     clusters: { [cluster]: { inCluster: true } },
-    sources: hubWatches([f]).map(({ resource, selector }) => ({ cluster, resource: { ...resource }, mode: modeOf([f]), ...(selector ? { labelSelector: selector } : {}) })),
-    resync: { intervalMs: ticks ? (o.resyncSeconds ?? 60) * 1000 : 0 },
+    sources: mergeWatches(watches).map((source) => ({ ...source, cluster })),
+    resync: { intervalMs: fn.ticks ? (o.resyncSeconds ?? 60) * 1000 : 0 },
   };
 }
 
-function hubRelay(f: FunctionDeployment, ns: string, cluster: string, o: HubOptions): Manifest[] {
+function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Manifest[] {
   const name = hubRelayName(f.name);
   return [
     ...sourceIdentity(ns, hubWatches([f]), name),
@@ -213,8 +156,10 @@ export function bootstrapServiceAccount(hubNamespace: string = HubNamespaceDefau
 
 export function renderHub(o: HubOptions = {}): Manifest[] {
   const ns = o.namespace ?? HubNamespaceDefault;
-  const fns = readFunctions().filter((f) => f.side === "hub");
-  const envs = new Map(fns.map((f) => [f.name, functionEnv(f, o.env ?? {})]));
+  const fns: Deployed[] = readFunctions()
+    .filter((f) => f.side === "hub")
+    .map((f) => ({ ...f, env: functionEnv(f, o.env ?? {}) }));
+  const envs = new Map(fns.map((f) => [f.name, f.env]));
   // The `cluster` extension every event needs (shared/events.ts): the hub's name as its functions know it.
   const names = new Set(fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME") ?? "hub"));
   if (names.size !== 1) throw new Error(`the hub functions disagree on OCM_CLUSTER_NAME: ${[...names].join(", ")}`);
@@ -251,7 +196,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
       resources: watches.map(({ resource, selector }) => ({
         apiVersion: apiVersionOf(resource),
         kind: resource.kind,
-        ...(selector ? { selector: { matchExpressions: [{ key: selector, operator: "Exists" }] } } : {}),
+        ...(selector ? { selector: labelSelectorObject(selector) } : {}),
       })),
       ceOverrides: { extensions: { cluster } },
       sink: brokerRef(brokerName),

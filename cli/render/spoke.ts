@@ -3,15 +3,11 @@
 // ContainerSource watching the spoke and, with the agent's credentials, the hub), the heartbeat
 // Deployment, and the bootstrap kubeconfig when given.
 import { stringify } from "yaml";
-import type { ApiResource } from "../../shared/api/meta.ts";
-import { CertificateSigningRequestResource, ConfigMapResource, LeaseResource, NamespaceResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
-import { AgentConfigResource } from "../../shared/api/agent-config.ts";
-import { ClusterClaimResource, ClusterLabel, ManagedClusterResource } from "../../shared/api/cluster.ts";
-import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
-import { AppliedManifestWorkResource, ManifestWorkResource } from "../../shared/api/work.ts";
 import { BootstrapSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { RelayConfigSchema, agentSettingsCheckpoint, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
 import { isSpokeRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
+import { watchesOf } from "./definitions.ts";
+import { mergeWatches } from "./sources.ts";
 import {
   broker,
   brokerNames,
@@ -44,47 +40,21 @@ export const HeartbeatName = "ocm-heartbeat";
 export const HeartbeatAccount = "heartbeat";
 const HEARTBEAT_HEALTH_PORT = 8000;
 
-// Where each kind a spoke function subscribes to is watched from. `mode` is used when the functions'
-// filters leave it open: Reference keeps secret data and node status out of the events.
-type Where = { on: "spoke" | "hub"; resource: ApiResource; mode: "Resource" | "Reference"; namespace?: "agent" | "cluster"; labelSelector?: "cluster"; fieldSelector?: string | "name" };
-const relaySources: readonly Where[] = [
-  { on: "spoke", resource: SecretResource, namespace: "agent", mode: "Reference" },
-  { on: "spoke", resource: ConfigMapResource, namespace: "agent", mode: "Reference" }, // the agent config's checkpoint and health records
-  { on: "spoke", resource: NodeResource, mode: "Reference" },
-  { on: "spoke", resource: ClusterClaimResource, mode: "Reference" },
-  { on: "spoke", resource: AppliedManifestWorkResource, mode: "Resource" },
-  { on: "spoke", resource: NamespaceResource, mode: "Reference" }, // an add-on's install namespace appearing
-  // add-on leases, not the control plane's own, which renew every few seconds
-  { on: "spoke", resource: LeaseResource, mode: "Resource", fieldSelector: "metadata.namespace!=kube-system,metadata.namespace!=kube-node-lease" },
-  { on: "hub", resource: ManagedClusterAddOnV1alpha1Resource, namespace: "cluster", mode: "Resource" },
-  { on: "hub", resource: CertificateSigningRequestResource, labelSelector: "cluster", mode: "Resource" },
-  { on: "hub", resource: ManagedClusterResource, fieldSelector: "name", mode: "Resource" },
-  { on: "hub", resource: ManifestWorkResource, namespace: "cluster", mode: "Resource" },
-  { on: "hub", resource: AgentConfigResource, namespace: "cluster", mode: "Resource" },
-];
+// What fills the spoke functions' {{ env:NAME }} placeholders.
+export const spokeEnvValues = (o: SpokeOptions): Record<string, string> => ({
+  SPOKE_CLUSTER_NAME: o.clusterName ?? "cluster1",
+  SPOKE_EXTERNAL_SERVER_URLS: (o.externalServerUrls ?? []).join(","),
+  ...o.env,
+});
 
-// A kind's mode: what its subscriptions' types name (Resource wins when both are named, since a
-// resource.* filter never matches a ref.* event), else the source's own preference.
-function modeFor(kind: string, fns: readonly FunctionDeployment[], preferred: Where["mode"]): Where["mode"] {
-  const types = fns.flatMap((f) => f.deploy.subscriptions.filter((s) => s.filters.kind === kind).map((s) => s.filters.type ?? ""));
-  if (types.some((t) => t.startsWith("dev.knative.apiserver.resource."))) return "Resource";
-  if (types.some((t) => t.startsWith("dev.knative.apiserver.ref."))) return "Reference";
-  return preferred;
-}
+type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 
-export function relayConfig(fns: readonly FunctionDeployment[], o: { spoke: string; hub: string; clusterName: string; agentNamespace: string; resyncSeconds: number }): RelayConfigInput {
-  const kinds = new Set(fns.flatMap((f) => f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
-  for (const kind of kinds) if (!relaySources.some((w) => w.resource.kind === kind)) throw new Error(`a spoke function subscribes to kind ${kind}, which the relay does not watch`);
-  const sources = relaySources
-    .filter((w) => kinds.has(w.resource.kind))
-    .map((w) => ({
-      cluster: w.on === "spoke" ? o.spoke : o.hub,
-      resource: { ...w.resource },
-      mode: modeFor(w.resource.kind, fns, w.mode),
-      ...(w.namespace ? { namespace: w.namespace === "agent" ? o.agentNamespace : o.clusterName } : {}),
-      ...(w.labelSelector ? { labelSelector: `${ClusterLabel.ClusterName}=${o.clusterName}` } : {}),
-      ...(w.fieldSelector ? { fieldSelector: w.fieldSelector === "name" ? `metadata.name=${o.clusterName}` : w.fieldSelector } : {}),
-    }));
+// The relay's configuration: one source per kind and cluster the spoke functions watch (their
+// definitions' watches with their settings, merged by cli/render/sources.ts), the hub reached with the
+// agent's own credentials.
+export function relayConfig(fns: readonly Deployed[], o: { spoke: string; hub: string; agentNamespace: string; resyncSeconds: number }): RelayConfigInput {
+  const sources = mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches));
+  for (const s of sources) if (s.cluster !== o.spoke && s.cluster !== o.hub) throw new Error(`a spoke function watches cluster ${s.cluster}, neither the spoke (${o.spoke}) nor the hub (${o.hub})`);
   // Functions that ask to be called again at a given time get their events from the relay itself, with
   // their subscriptions' filters; every other one through the Broker (K_SINK) and its Triggers.
   const direct = fns.filter(isSpokeRelayFed).map((f) => ({ name: f.name, url: `http://${f.name}.${o.agentNamespace}.svc.cluster.local`, filters: f.deploy.subscriptions.map((s) => s.filters) }));
@@ -163,10 +133,12 @@ function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerN
 }
 
 export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
-  const fns = readFunctions().filter((f) => f.side === "spoke");
   const clusterName = o.clusterName ?? "cluster1";
-  const values = { SPOKE_CLUSTER_NAME: clusterName, SPOKE_EXTERNAL_SERVER_URLS: (o.externalServerUrls ?? []).join(","), ...o.env };
-  const envs = new Map(fns.map((f) => [f.name, functionEnv(f, values)]));
+  const values = spokeEnvValues(o);
+  const fns: Deployed[] = readFunctions()
+    .filter((f) => f.side === "spoke")
+    .map((f) => ({ ...f, env: functionEnv(f, values) }));
+  const envs = new Map(fns.map((f) => [f.name, f.env]));
   const one = (what: string, values: (string | undefined)[]) => {
     const set = new Set(values.filter((v) => v !== undefined));
     if (set.size !== 1) throw new Error(`the spoke functions disagree on ${what}: ${[...set].join(", ") || "none given"}`);
@@ -176,7 +148,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   const spoke = one("OCM_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME")));
   const hub = one("OCM_HUB_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_HUB_CLUSTER_NAME")));
   const brokerName = one("the Broker they subscribe to", brokerNames(fns.filter((f) => !isSpokeRelayFed(f))));
-  const config = relayConfig(fns, { spoke, hub, clusterName, agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60 });
+  const config = relayConfig(fns, { spoke, hub, agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60 });
 
   const objects: Manifest[] = [namespace(ns), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
   if (o.bootstrapKubeconfig !== undefined)

@@ -11,32 +11,15 @@ import { clientsFromKubeconfigs } from "../../shared/kube/clients.ts";
 import { applyManifests } from "../../shared/apply.ts";
 import { jsonLog, type FunctionSpec, type Io } from "../../shared/harness.ts";
 import { systemClock, type Clock } from "../../shared/clock.ts";
-import { SecretResource, CertificateSigningRequestResource, ConfigMapResource, NamespaceResource, LeaseResource, NodeResource, RoleBindingResource } from "../../shared/api/kube.ts";
-import {
-  ManagedClusterResource,
-  ClusterLabel,
-  ClusterClaimResource,
-  ManagedClusterLeaseName,
-  ManagedClusterSetResource,
-  ManagedClusterSetBindingResource,
-  PlacementResource,
-  PlacementDecisionResource,
-} from "../../shared/api/cluster.ts";
-import {
-  ClusterManagementAddOnV1alpha1Resource,
-  ManagedClusterAddOnV1alpha1Resource,
-  AddOnTemplateResource,
-  AddOnDeploymentConfigV1alpha1Resource,
-} from "../../shared/api/addon.ts";
-import { ManifestWorkResource, AppliedManifestWorkResource } from "../../shared/api/work.ts";
-import { AgentConfigResource } from "../../shared/api/agent-config.ts";
-import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, AddonNameLabel } from "../../shared/api/registration.ts";
+import { SecretResource, NamespaceResource } from "../../shared/api/kube.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { startRelay, type Relay, type RelayOptions } from "../../components/relay/relay.ts";
 import { agentSettingsCheckpoint, hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
-import type { ApiResource } from "../../shared/api/meta.ts";
 import { readFunctions } from "../../cli/render/func-yaml.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
+import { mergeWatches } from "../../cli/render/sources.ts";
+import type { MultiClusterFunction, Watch } from "../../shared/sdk.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
 import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
@@ -127,6 +110,12 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     if (!filters) throw new Error(`no functions/${spec.name}/func.yaml`);
     return { name, url: server.url, filters };
   }
+  // A function with its settings: how to serve it, and what it watches.
+  const withConfig = <C>(m: { fn: MultiClusterFunction<C> }, config: C) => ({
+    name: m.fn.definition.name,
+    serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, m.fn.spec, kubeconfigs, config),
+    watches: m.fn.definition.watches(config) as readonly Watch<unknown>[],
+  });
   const relayTiming = { resync: { intervalMs: o.resyncMs ?? 10_000 } };
 
   await applyManifests(hub, readFileSync(join(manifests, "hub", "bootstrap-rbac.yaml"), "utf8"));
@@ -138,38 +127,24 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   // Hub: registration, health and add-on functions, fed by the hub relay.
   const hubSettings = { hubCluster: "hub", autoApprovalUsers };
   const asHub = async (fn: string) => ({ hub: await identityFor(hubCluster, fn) });
-  const hubSinks = await Promise.all([
-    serveFunction("hub", clusterAcceptor.spec, await asHub("cluster-acceptor"), clusterAcceptor.ConfigSchema.parse(hubSettings)),
-    serveFunction("hub", csrApprover.spec, await asHub("csr-approver"), csrApprover.ConfigSchema.parse(hubSettings)),
-    serveFunction("hub", leaseMonitor.spec, await asHub("cluster-lease-monitor"), leaseMonitor.ConfigSchema.parse({ hubCluster: "hub", leaseGraceMultiplier: o.leaseGraceMultiplier })),
-    serveFunction("hub", clusterTaints.spec, await asHub("cluster-taints"), clusterTaints.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", clusterSets.spec, await asHub("cluster-sets"), clusterSets.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", placementScheduler.spec, await asHub("placement-scheduler"), placementScheduler.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", agentConfigRollout.spec, await asHub("agent-config-rollout"), agentConfigRollout.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", addonInstaller.spec, await asHub("addon-installer"), addonInstaller.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", addonManager.spec, await asHub("addon-manager"), addonManager.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", addonCsrApprover.spec, await asHub("addon-csr-approver"), addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" })),
-    serveFunction("hub", addonClusterLabel.spec, await asHub("addon-cluster-label"), addonClusterLabel.ConfigSchema.parse({ hubCluster: "hub" })),
-  ]);
-  const onHub = (resource: ApiResource, selectors: { fieldSelector?: string; labelSelector?: string } = {}) => ({ cluster: "hub", resource, mode: "Resource" as const, ...selectors });
+  const hubFunctions = [
+    withConfig(clusterAcceptor, clusterAcceptor.ConfigSchema.parse(hubSettings)),
+    withConfig(csrApprover, csrApprover.ConfigSchema.parse(hubSettings)),
+    withConfig(leaseMonitor, leaseMonitor.ConfigSchema.parse({ hubCluster: "hub", leaseGraceMultiplier: o.leaseGraceMultiplier })),
+    withConfig(clusterTaints, clusterTaints.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(clusterSets, clusterSets.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(placementScheduler, placementScheduler.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(agentConfigRollout, agentConfigRollout.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(addonInstaller, addonInstaller.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(addonManager, addonManager.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(addonCsrApprover, addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" })),
+    withConfig(addonClusterLabel, addonClusterLabel.ConfigSchema.parse({ hubCluster: "hub" })),
+  ];
+  const hubSinks = await Promise.all(hubFunctions.map(async (f) => f.serve("hub", await asHub(f.name))));
+  // The relay watches what the definitions watch (cli/render/sources.ts), as the deployed sources do.
   relayOptions.set("hub", {
     clusters: { hub: { kubeconfig: await identityFor(hubCluster, "relay-hub") } },
-    sources: [
-      onHub(ManagedClusterResource),
-      onHub(CertificateSigningRequestResource),
-      onHub(LeaseResource, { fieldSelector: `metadata.name=${ManagedClusterLeaseName}` }),
-      onHub(ClusterManagementAddOnV1alpha1Resource),
-      onHub(ManagedClusterAddOnV1alpha1Resource),
-      onHub(AddOnTemplateResource),
-      onHub(AddOnDeploymentConfigV1alpha1Resource),
-      onHub(PlacementResource),
-      onHub(PlacementDecisionResource),
-      onHub(ManagedClusterSetResource),
-      onHub(ManagedClusterSetBindingResource),
-      onHub(AgentConfigResource),
-      onHub(ManifestWorkResource),
-      onHub(RoleBindingResource, { labelSelector: AddonNameLabel }),
-    ],
+    sources: mergeWatches(hubFunctions.flatMap((f) => f.watches)),
     sinks: hubSinks,
     ...relayTiming,
     record: o.record?.("hub"),
@@ -190,32 +165,19 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     admin.close();
     const common = { managementCluster: plane, clusterName: s.name };
     const asSpoke = async (fn: string) => ({ [plane]: await identityFor(spoke, fn) });
-    const sinks = await Promise.all([
-      serveFunction(s.name, spokeRegistration.spec, await asSpoke("spoke-registration"), spokeRegistration.ConfigSchema.parse({ ...common, externalServerUrls: [spoke.url], leaseDurationSeconds: o.leaseDurationSeconds })),
-      serveFunction(s.name, spokeClusterStatus.spec, await asSpoke("spoke-cluster-status"), spokeClusterStatus.ConfigSchema.parse(common)),
-      serveFunction(s.name, workApplier.spec, await asSpoke("work-applier"), workApplier.ConfigSchema.parse(common)),
-      serveFunction(s.name, addonRegistration.spec, await asSpoke("addon-registration"), addonRegistration.ConfigSchema.parse(common)),
-      serveFunction(s.name, addonHealth.spec, await asSpoke("addon-health"), addonHealth.ConfigSchema.parse(common)),
-      serveFunction(s.name, agentConfig.spec, await asSpoke("agent-config"), agentConfig.ConfigSchema.parse(common)),
-    ]);
+    const spokeFunctions = [
+      withConfig(spokeRegistration, spokeRegistration.ConfigSchema.parse({ ...common, externalServerUrls: [spoke.url], leaseDurationSeconds: o.leaseDurationSeconds })),
+      withConfig(spokeClusterStatus, spokeClusterStatus.ConfigSchema.parse(common)),
+      withConfig(workApplier, workApplier.ConfigSchema.parse(common)),
+      withConfig(addonRegistration, addonRegistration.ConfigSchema.parse(common)),
+      withConfig(addonHealth, addonHealth.ConfigSchema.parse(common)),
+      withConfig(agentConfig, agentConfig.ConfigSchema.parse(common)),
+    ];
+    const sinks = await Promise.all(spokeFunctions.map(async (f) => f.serve(s.name, await asSpoke(f.name))));
     relayOptions.set(s.name, {
       clusters: { [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault) },
-      sources: [
-        // Reference mode: a secret's data never travels in an event (nor into a recording).
-        { cluster: plane, resource: SecretResource, namespace: AgentNamespaceDefault, mode: "Reference" },
-        { cluster: plane, resource: ConfigMapResource, namespace: AgentNamespaceDefault, mode: "Reference" }, // the agent config's checkpoint and health records
-        { cluster: plane, resource: NodeResource, mode: "Reference" },
-        { cluster: plane, resource: ClusterClaimResource, mode: "Reference" },
-        { cluster: plane, resource: AppliedManifestWorkResource, mode: "Resource" },
-        { cluster: plane, resource: NamespaceResource, mode: "Reference" }, // an add-on's install namespace appearing
-        // add-on leases: not the control plane's own, which renew every few seconds
-        { cluster: plane, resource: LeaseResource, fieldSelector: "metadata.namespace!=kube-system,metadata.namespace!=kube-node-lease", mode: "Resource" },
-        { cluster: "hub", resource: ManagedClusterAddOnV1alpha1Resource, namespace: s.name, mode: "Resource" },
-        { cluster: "hub", resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${s.name}`, mode: "Resource" },
-        { cluster: "hub", resource: ManagedClusterResource, fieldSelector: `metadata.name=${s.name}`, mode: "Resource" },
-        { cluster: "hub", resource: ManifestWorkResource, namespace: s.name, mode: "Resource" },
-        { cluster: "hub", resource: AgentConfigResource, namespace: s.name, mode: "Resource" },
-      ],
+      // the definitions' watches, merged as the spoke's deployed relay merges them
+      sources: mergeWatches(spokeFunctions.flatMap((f) => f.watches)),
       sinks,
       ...relayTiming,
       record: o.record?.(s.name),
