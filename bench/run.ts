@@ -9,10 +9,11 @@ import { broker } from "./broker.ts";
 import { placement } from "./placement.ts";
 import { agentConfigBench } from "./agent-config.ts";
 import { coldStart } from "./cold-start.ts";
+import { eventsToConverged } from "./events-to-converged.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
 // broker needs root (a real node) and is run only when named: npm run bench -- broker
-const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon, placement, agentConfigBench, coldStart];
+const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon, placement, agentConfigBench, coldStart, eventsToConverged];
 const byName: Bench[] = [broker];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
