@@ -1,6 +1,7 @@
 // Every `ocmf` command: its words, flags and help, and the module that does the work, imported only
 // when the command runs, so that `ocmf --help` loads the parser and nothing else. A new command is one
 // more registration in `commands`.
+import { resolve } from "node:path";
 import { InvalidArgumentError, Option, type Command } from "commander";
 import type { KubeClient } from "../shared/kube/client.ts";
 import { hubFlags, spokeFlags, type HubFlags, type SpokeFlags } from "./render-options.ts";
@@ -68,6 +69,8 @@ const render = (ocmf: Command) => group(ocmf, "render", "print the Knative manif
 const install = (ocmf: Command) => group(ocmf, "install", "install OCM on functions on a cluster with Knative");
 const uninstall = (ocmf: Command) => group(ocmf, "uninstall", "remove what install or join made from a cluster");
 const config = (ocmf: Command) => group(ocmf, "config", "the agents' dynamic configuration: AgentConfigs on the hub (docs/agent-config.md)");
+const scaffold = (ocmf: Command) => group(ocmf, "new", "start a multi-cluster function of your own (docs/writing-functions.md)");
+const run = (ocmf: Command) => group(ocmf, "run", "run a function of your own on this machine, against real clusters");
 
 // A flag's value through a check that throws Error, as commander reports an invalid argument.
 const checked =
@@ -265,4 +268,28 @@ export const commands: Registration[] = [
         });
       },
   ),
+
+  (ocmf, cli) =>
+    scaffold(ocmf)
+      .command("function")
+      .description("write NAME/: function.ts (a working function that copies labelled ConfigMaps from a source cluster to targets), function.test.ts (its test against real clusters), rbac-source.yaml and rbac-target.yaml (its ClusterRoles) and func.yaml (knative/func's metadata). Refuses to overwrite a file")
+      .argument("<name>", "the function's name, a DNS label")
+      .option("--dir <dir>", "the directory NAME/ is made in (default: the one you ran the command in)")
+      .option("--source <cluster>", "the cluster the function copies from", "hub")
+      .addOption(new Option("--targets <names>", "the clusters it copies to, comma-separated (npm start names its spokes so)").argParser(names).default(["cluster1", "cluster2"], "cluster1,cluster2"))
+      .action(async (name: string, o: { dir?: string; source: string; targets: string[] }) => {
+        const { newFunction, invocationDir } = await import("./new-function.ts");
+        await newFunction({ name, dir: resolve(invocationDir(), o.dir ?? "."), source: o.source, targets: o.targets }, cli.print);
+      }),
+
+  (ocmf, cli) =>
+    run(ocmf)
+      .command("function")
+      .description("run a function written with defineFunction until Ctrl-C: its runtime server and a relay built from its watches, its settings from the environment (as func.yaml's run.envs give them)")
+      .argument("<file>", "the module whose default export defineFunction made (NAME/function.ts)")
+      .requiredOption("--kubeconfig-dir <dir>", "a directory of <cluster>.kubeconfig files, one per cluster the function watches or writes (npm start writes .local/)")
+      .action(async (file: string, o: { kubeconfigDir: string }) => {
+        const [{ runFunctionFile }, { invocationDir }] = await Promise.all([import("./run-function.ts"), import("./new-function.ts")]);
+        await runFunctionFile({ file: resolve(invocationDir(), file), kubeconfigDir: resolve(invocationDir(), o.kubeconfigDir) }, cli.print);
+      }),
 ];
