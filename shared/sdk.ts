@@ -19,6 +19,11 @@ import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEve
 import { ioFromEnv } from "./function-env.ts";
 import { serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply } from "./harness.ts";
 
+// What a function file needs besides defineFunction, from the same import.
+export { z };
+export { done, type Io, type Key, type Outcome } from "./harness.ts";
+export type { ObjectEvent, TickEvent } from "./events.ts";
+
 export type KeysOrSkip = Key[] | { skip: string };
 export type Verb = ObjectEvent["verb"];
 export const AllVerbs: readonly Verb[] = ["add", "update", "delete"];
