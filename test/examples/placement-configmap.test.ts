@@ -13,7 +13,7 @@ import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
 import { ClusterLabel, DefaultClusterSetName, ManagedClusterConditionType, ManagedClusterResource, ManagedClusterSetBindingResource, PlacementDecisionResource, PlacementResource, type ManagedCluster, type PlacementDecision } from "../../shared/api/cluster.ts";
 import { ManifestWorkResource, type ManifestWork } from "../../shared/api/work.ts";
 import { isTrue } from "../../shared/conditions.ts";
-import { CopiesFinalizer, ownerOf } from "../../shared/cross-cluster-owner.ts";
+import { CopiesFinalizer, copiesSelector, deleteOwner, ownerOf } from "../../shared/cross-cluster-owner.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import placementConfigMap, { PlacedAnnotation, PlacementLabel, SourceLabel, sourceHash, workName, type Config } from "../../examples/placement-configmap/function.ts";
 import { eventually } from "../support/eventually.ts";
@@ -30,6 +30,7 @@ const NS = "fleet-settings"; // on the hub: the ConfigMap, its Placement and the
 const TIER = "examples.ocm-functions.io/tier"; // the clusters' label the Placement selects on
 const dir = join(import.meta.dirname, "../../examples/placement-configmap");
 const config: Config = { hub: "hub" };
+const quiet = { info() {}, warn() {}, error() {} };
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 type Work = ManifestWork & KubeObject;
@@ -37,6 +38,7 @@ type Work = ManifestWork & KubeObject;
 let clusters: LocalClusters | undefined;
 let fleet: Fleet | undefined;
 let running: RunningFunction | undefined;
+let kubeconfig: string; // the function's identity on the hub, bound to rbac.yaml
 let hub: KubeClient; // the hub's admin
 const spokes = new Map<string, KubeClient>(); // each spoke's admin: the test's eyes there
 
@@ -59,10 +61,15 @@ beforeAll(async () => {
   await hub.create(NamespaceResource, { metadata: { name: NS } });
   await hub.create(ManagedClusterSetBindingResource, { metadata: { name: DefaultClusterSetName, namespace: NS }, spec: { clusterSet: DefaultClusterSetName } });
 
-  const kubeconfig = await identityFor(clusters.get("hub"), "placement-configmap", "", join(dir, "rbac.yaml"));
-  running = await runFunction(placementConfigMap, { config, kubeconfigs: { hub: kubeconfig }, log: { info() {}, warn() {}, error() {} } });
-  await running.relay.ready;
+  kubeconfig = await identityFor(clusters.get("hub"), "placement-configmap", "", join(dir, "rbac.yaml"));
+  await startFunction();
 }, FLEET_START_MS);
+
+// A test stops the function and starts it again: a new server and relay, which lists everything anew.
+async function startFunction(): Promise<void> {
+  running = await runFunction(placementConfigMap, { config, kubeconfigs: { hub: kubeconfig }, log: quiet });
+  await running.relay.ready;
+}
 
 afterAll(async () => {
   await running?.stop();
@@ -90,6 +97,28 @@ const placed = async (name: string) => JSON.parse(((await source(name))?.metadat
 
 function createSource(name: string, placementName: string, data: Record<string, string>): Promise<ConfigMap> {
   return hub.create<ConfigMap>(ConfigMapResource, { metadata: { name, namespace: NS, labels: { [PlacementLabel]: placementName } }, data });
+}
+const bothCopies = async (name: string) => [(await copyOn(C1, name))?.data, (await copyOn(C2, name))?.data];
+// The owner uid a work names; the works of a source, by its label, as [cluster, owner uid].
+const ownerUid = (w: Work) => ownerOf(w, "hub")?.uid;
+const worksWithOwners = async (name: string) =>
+  (await hub.list<Work>(ManifestWorkResource, { labelSelector: `${SourceLabel}=${sourceHash(NS, name)}` })).items.map((w) => [w.metadata.namespace, ownerUid(w)]).sort();
+// Gives the function a few of its 2 s rechecks to do something wrong, before the test says it did not.
+const settle = () => new Promise((r) => setTimeout(r, 5_000));
+
+// The Placement choosing both spokes; made here if the test that makes it first did not run.
+async function everywhere(): Promise<string> {
+  if (!(await hub.get(PlacementResource, "everywhere", NS))) await hub.create(PlacementResource, placement("everywhere", ["gold", "silver"]));
+  await eventually(async () => expect(await decided("everywhere")).toEqual([C1, C2]), wait);
+  return "everywhere";
+}
+
+// A source on both spokes: created, then waited for until both copies carry its data.
+async function placedOnBoth(name: string, data: Record<string, string>): Promise<ConfigMap> {
+  const cm = await createSource(name, await everywhere(), data);
+  await eventually(async () => expect(await bothCopies(name)).toEqual([data, data]), wait);
+  await eventually(async () => expect(await placed(name)).toEqual({ [C1]: "Available", [C2]: "Available" }), wait);
+  return cm;
 }
 
 describe("a ConfigMap placed on the clusters of a Placement", { timeout: STEP_MS }, () => {
@@ -164,6 +193,90 @@ describe("a ConfigMap whose label is taken off", { timeout: STEP_MS }, () => {
       expect((cm.metadata.annotations as Record<string, string> | undefined)?.[PlacedAnnotation]).toBeUndefined();
     }, wait);
     await eventually(async () => expect([await copyOn(C1, "released"), await copyOn(C2, "released")]).toEqual([undefined, undefined]), wait);
+  });
+});
+
+// What issue 13 asks of every example beyond the plain lifecycle: a new incarnation of the source
+// met after downtime, orphaning on request, and a spoke that cannot act while its source is deleted.
+describe("a ConfigMap's works across incarnations, orphaning and partitions", { timeout: 3 * STEP_MS }, () => {
+  it("adopts the works of a source deleted and recreated (a new uid) while the function was down", async () => {
+    const NAME = "recreated";
+    const old = await placedOnBoth(NAME, { v: "1" });
+    await running!.stop();
+    let fresh: ConfigMap | undefined;
+    try {
+      // removed behind the function's back: the finalizer taken off by hand, so the DELETE really goes
+      await hub.patch(ConfigMapResource, NAME, { metadata: { finalizers: null } }, { namespace: NS });
+      await hub.delete(ConfigMapResource, NAME, NS);
+      await eventually(async () => expect(await source(NAME)).toBeUndefined(), wait);
+      fresh = await createSource(NAME, "everywhere", { v: "2" });
+      expect(fresh.metadata.uid).not.toBe(old.metadata.uid);
+      // the works still name the old incarnation: there is something for the function to put right
+      expect(await worksWithOwners(NAME)).toEqual([[C1, old.metadata.uid], [C2, old.metadata.uid]]);
+    } finally {
+      await startFunction();
+    }
+    // the works now belong to the new incarnation, and carry its content to both spokes
+    await eventually(async () => expect(await bothCopies(NAME)).toEqual([{ v: "2" }, { v: "2" }]), wait);
+    await eventually(async () => expect(await worksWithOwners(NAME)).toEqual([[C1, fresh!.metadata.uid], [C2, fresh!.metadata.uid]]), wait);
+    expect((await hub.list(ManifestWorkResource, { labelSelector: copiesSelector(old, "hub") })).items).toEqual([]);
+    await eventually(async () => expect(await placed(NAME)).toEqual({ [C1]: "Available", [C2]: "Available" }), wait);
+    expect((await source(NAME))?.metadata.finalizers).toContain(CopiesFinalizer);
+
+    // the new incarnation's deletion finds the adopted works by its own marks, and waits for them
+    await hub.delete(ConfigMapResource, NAME, NS);
+    await eventually(async () => expect(await source(NAME)).toBeUndefined(), wait);
+    expect(await worksOf(NAME)).toEqual([]);
+    await eventually(async () => expect(await bothCopies(NAME)).toEqual([undefined, undefined]), wait);
+  });
+
+  it("orphans the works on request: the source goes, the works and so the spoke copies stay", async () => {
+    const NAME = "orphaned";
+    await placedOnBoth(NAME, { kept: "yes" });
+    const before = await Promise.all([C1, C2].map((c) => workOn(c, NAME)));
+    // as the library asks it: the delete-policy annotation, then a DELETE with propagationPolicy Orphan
+    const admin = { cluster: () => hub, log: quiet };
+    expect(await deleteOwner(admin, { cluster: "hub", resource: ConfigMapResource, namespace: NS, name: NAME }, "Orphan")).toBe(true);
+    await eventually(async () => expect(await source(NAME)).toBeUndefined(), wait);
+    await settle(); // the source's delete event reaches the function, which must not collect the works
+    for (const [i, c] of [C1, C2].entries()) {
+      const work = (await workOn(c, NAME))!;
+      expect(work.metadata.uid).toBe(before[i]!.metadata.uid); // the same work, never deleted
+      expect(work.metadata.deletionTimestamp).toBeUndefined();
+      expect(ownerOf(work, c)).toBeUndefined(); // released: no owner marks left
+    }
+    expect(await bothCopies(NAME)).toEqual([{ kept: "yes" }, { kept: "yes" }]);
+
+    // released, they are anyone's to delete, and the function does not make them again
+    for (const c of [C1, C2]) await hub.delete(ManifestWorkResource, workName(NS, NAME), c);
+    await eventually(async () => expect(await bothCopies(NAME)).toEqual([undefined, undefined]), wait);
+    expect(await worksOf(NAME)).toEqual([]);
+  });
+
+  it("waits for a spoke whose work agent cannot act during the deletion, and finishes when it is back", async () => {
+    const NAME = "partitioned";
+    await placedOnBoth(NAME, { p: "1" });
+    // C1's work agent acts only on what its relay delivers (events, and the rechecks it asks for):
+    // with the relay stopped it can neither remove the copy nor release its work's finalizer.
+    await fleet!.stopRelay(C1);
+    try {
+      await hub.delete(ConfigMapResource, NAME, NS);
+      // the reachable spoke is cleaned up...
+      await eventually(async () => expect(await copyOn(C2, NAME)).toBeUndefined(), wait);
+      await eventually(async () => expect(await worksOf(NAME)).toEqual([C1]), wait);
+      // ...and the source waits, held by its finalizer, for the work C1's agent cannot finish
+      await settle();
+      const held = (await source(NAME))!;
+      expect(held.metadata.deletionTimestamp).toBeDefined();
+      expect(held.metadata.finalizers).toContain(CopiesFinalizer);
+      expect((await workOn(C1, NAME))?.metadata.deletionTimestamp).toBeDefined();
+      expect((await copyOn(C1, NAME))?.data).toEqual({ p: "1" });
+    } finally {
+      await fleet!.startRelay(C1);
+    }
+    await eventually(async () => expect(await copyOn(C1, NAME)).toBeUndefined(), wait);
+    await eventually(async () => expect(await source(NAME)).toBeUndefined(), wait);
+    expect(await worksOf(NAME)).toEqual([]);
   });
 });
 
