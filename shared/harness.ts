@@ -179,7 +179,7 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
   return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };
 }
 
-// The faas-js-runtime entry point: `export const handle = serve(spec, makeIo)`.
+// The function's entry point (faas-js-runtime's handle contract, served by shared/cloudevents-server.ts): `export const handle = serve(spec, makeIo)`.
 export function serve<C>(spec: FunctionSpec<C>, makeIo: () => Io<C>): (context: unknown, cloudevent?: unknown) => Promise<Reply> {
   let io: Io<C> | undefined;
   return async (_context, cloudevent) => {

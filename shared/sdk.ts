@@ -69,7 +69,7 @@ export type MultiClusterFunction<C> = {
   definition: Definition<C>;
   spec: FunctionSpec<C>; // what the harness and the tests drive
   configFromEnv: (env: NodeJS.ProcessEnv) => C;
-  // faas-js-runtime's entry point; the settings are read from the environment at the first event.
+  // The handler shared/cloudevents-server.ts (or faas-js-runtime) calls; the settings are read from the environment at the first event.
   handle: (context: unknown, cloudevent?: unknown) => Promise<Reply>;
   // func.yaml's deploy.subscriptions: what a Broker's Triggers must let through to this function.
   subscriptions: (config: C) => Subscription[];

@@ -1,6 +1,6 @@
 // `npm run build`: every bundle is a whole program. Built into a temporary folder outside the
 // repository (so nothing can resolve from node_modules or load a .ts file) and run there as processes:
-// a function bundle serves the runtime's HTTP endpoints and accepts a ManagedCluster on a real hub under
+// a function bundle serves its health paths and accepts a ManagedCluster on a real hub under
 // its own identity, fed by hand and by the relay bundle; a bad setting stops it at start with one line;
 // the heartbeat and CLI bundles run too.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
@@ -103,7 +103,7 @@ describe("a function bundle", () => {
     expect(reply.body).toContain("cluster");
   });
 
-  it("answers readiness and liveness on the runtime's health paths", async () => {
+  it("answers readiness and liveness on the health paths Knative probes", async () => {
     for (const path of ["/health/readiness", "/health/liveness"]) expect(await get(`${acceptorUrl}${path}`)).toEqual({ status: 200, body: "OK" });
   });
 
@@ -135,7 +135,7 @@ describe("a bad setting stops a function bundle at start with one line naming th
     { name: "an empty spoke cluster name", fn: "spoke-cluster-status", env: { SPOKE_CLUSTER_NAME: "" }, variable: "SPOKE_CLUSTER_NAME" },
     { name: "a lease grace the hub would flap with", fn: "cluster-lease-monitor", env: { OCM_LEASE_GRACE_MULTIPLIER: "1" }, variable: "OCM_LEASE_GRACE_MULTIPLIER" },
     { name: "a kubeconfig folder that is not there", fn: "cluster-taints", env: { OCM_KUBECONFIG_DIR: "/nonexistent" }, variable: "OCM_KUBECONFIG_DIR" },
-    { name: "port 0, which the runtime would take for 8080", fn: "cluster-taints", env: { PORT: "0" }, variable: "PORT" },
+    { name: "port 0, which would be a random port", fn: "cluster-taints", env: { PORT: "0" }, variable: "PORT" },
   ];
   it.each(rows)("$name ($variable)", async ({ fn, env, variable }) => {
     const p = run([file(fn)], { PORT: String(await freePort()), ...env });
@@ -159,6 +159,8 @@ describe("a bad setting stops a function bundle at start with one line naming th
     for (const [i, b] of functions.entries()) expect(lines[i], b.name).toEqual({ code: 1, output: expect.stringMatching(new RegExp(`^${b.name}: invalid configuration: [A-Z_]+\\b[^\\n]*$`)) });
   });
 
+  // faas-js-runtime stays a development dependency: a function's index.ts still loads under the
+  // Knative Functions runtime (`func run`), though no bundle carries it.
   it("the function module throws as it loads when faas-js-runtime's CLI loads it from source", async () => {
     const p = run([join(root, "node_modules/faas-js-runtime/bin/cli.js"), "functions/cluster-acceptor/index.ts"], { FUNC_PORT: String(await freePort()), OCM_CLUSTER_AUTO_APPROVAL_USERS: "=x" }, root);
     // The runtime logs what the import threw and ends without a server (its exit code is 0).
@@ -196,11 +198,25 @@ describe("what the bundles hold", () => {
     expect(foreign).toEqual([]);
   });
 
+  // A function bundle loads only node:http for its server: faas-js-runtime and what it brought
+  // (fastify, ajv, raw-body's iconv-lite tables, pino, prom-client) were most of its size and start-up.
+  it("a function bundle holds no HTTP framework, JSON-schema compiler or charset tables", () => {
+    const heavy = /node_modules\/(faas-js-runtime|fastify|@fastify\/[^/]+|ajv|iconv-lite|raw-body|pino|prom-client|cloudevents)\//;
+    const functions = bundles.filter((b) => functionNames().includes(b.name));
+    expect(functions).toHaveLength(functionNames().length);
+    const found = functions.flatMap((b) => [...new Set(b.inputs.flatMap((i) => heavy.exec(i)?.[1] ?? []))].map((p) => `${b.name} ← ${p}`));
+    expect(found).toEqual([]);
+    for (const b of functions) expect(b.inputs, b.name).toContain("shared/cloudevents-server.ts");
+  });
+
   it("holds only what its entry imports: no other function's or component's code", () => {
     const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : b.name === "relay" || b.name === "heartbeat" ? `components/${b.name}/` : `functions/${b.name}/`);
-    // The CLI renders the spoke relay's configuration and checks it with the relay's own schema.
-    const shared: Record<string, string[]> = { ocmf: ["components/relay/config.ts"] };
-    const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b)) && !shared[b.name]?.includes(i)).map((i) => `${b.name} ← ${i}`));
+    // The CLI renders the spoke relay's configuration and checks it with the relay's own schema, and
+    // derives every source and subscription from the functions' definitions (cli/render/definitions.ts);
+    // `ocmf run function` runs a user's function locally: its server and a relay (dev/local/run-function.ts).
+    const runFunction = ["dev/local/run-function.ts", "dev/local/functions.ts"];
+    const shared: Record<string, (i: string) => boolean> = { ocmf: (i) => i.startsWith("components/relay/") || i.startsWith("functions/") || runFunction.includes(i) };
+    const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b)) && !shared[b.name]?.(i)).map((i) => `${b.name} ← ${i}`));
     expect(strays).toEqual([]);
     expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "heartbeat", "ocmf", "relay"].sort());
   });

@@ -109,7 +109,7 @@ export function functionEnv(f: FunctionDeployment, values: Readonly<Record<strin
 
 export const envValue = (env: { name: string; value: string }[], name: string) => env.find((e) => e.name === name)?.value;
 
-// faas-js-runtime listens on 8080 (it ignores Knative's PORT) and serves these two health paths.
+// The function's server (shared/cloudevents-server.ts) listens on 8080 and serves these two health paths.
 const FUNCTION_PORT = 8080;
 
 type ContainerOptions = CommonOptions & { containerEnv: { name: string; value: string }[] };

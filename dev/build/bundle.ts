@@ -8,11 +8,12 @@
 //
 // ES modules, because our entries use top-level await (the generated function entry, the heartbeat,
 // the CLI) and import.meta (the CLI finds its checkout with it), which esbuild cannot carry into
-// CommonJS. The CommonJS packages inside (faas-js-runtime, fastify, commander) call `require` for
-// Node's built-ins, so the banner makes one with createRequire. External are only the
+// CommonJS. The CommonJS packages inside (cloudevents in the relay, commander in the CLI) call `require`
+// for Node's built-ins, so the banner makes one with createRequire. External are only the
 // optional packages that ws and debug try to load inside try/catch and do without when missing.
 // The CLI carries the files its render reads (renderSources below), so `ocmf render` works anywhere.
 import { mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { isBuiltin } from "node:module";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { build, type Metafile, type Plugin } from "esbuild";
@@ -22,9 +23,6 @@ const repoRoot = join(import.meta.dirname, "..", "..");
 const banner = [
   'import { createRequire as __bundleCreateRequire } from "node:module";',
   "const require = __bundleCreateRequire(import.meta.url);",
-  // faas-js-runtime's lib/metrics.js assigns the undeclared `osu`, which only sloppy scripts may do;
-  // an ES module is strict, so the bundle declares it.
-  "var osu;",
 ].join("\n");
 
 // ws' native helpers (bufferutil, utf-8-validate) and debug's supports-color: never bundled, so an
@@ -49,7 +47,8 @@ export function functionNames(root = repoRoot): string[] {
     .sort();
 }
 
-// A function's entry exists only at build time: the runtime around its index.ts.
+// A function's entry exists only at build time: our CloudEvents server (shared/serve-main.ts) around
+// its index.ts, whose `handle` is all the server needs.
 const FUNCTION_ENTRY = "ocm-function:";
 function functionEntries(root: string): Plugin {
   return {
@@ -64,6 +63,22 @@ function functionEntries(root: string): Plugin {
           `await serveFunction(${JSON.stringify(args.path)}, () => import(${JSON.stringify(`./functions/${args.path}/index.ts`)}));`,
         ].join("\n"),
       }));
+    },
+  };
+}
+
+// Node's built-ins are taken with process.getBuiltinModule, not imported. An ES module's import of a
+// built-in builds its namespace by reading every export, getters included: node:http's WebSocket,
+// CloseEvent and MessageEvent getters then load and compile undici (about 60 ms of a function's
+// 300 ms cold start budget), node:tls' rootCertificates copies the CA store, node:fs' promises loads
+// fs/promises. As a CommonJS shim, esbuild reads each export where the code uses it, so only those run.
+const BUILTIN = "node-builtin";
+function lazyBuiltins(): Plugin {
+  return {
+    name: "lazy-builtins",
+    setup(b) {
+      b.onResolve({ filter: /^(node:)?[a-z_/]+$/ }, (args) => (isBuiltin(args.path) ? { path: args.path.replace(/^node:/, ""), namespace: BUILTIN } : undefined));
+      b.onLoad({ filter: /.*/, namespace: BUILTIN }, (args) => ({ contents: `module.exports = process.getBuiltinModule(${JSON.stringify(`node:${args.path}`)});`, loader: "js" }));
     },
   };
 }
@@ -163,7 +178,7 @@ export async function bundle(o: { outdir: string }): Promise<{ bundles: BundleRe
   } as const;
   const [single, split] = await Promise.all([
     // A function or component is one file, so an image holds exactly one.
-    build({ ...common, entryPoints: programs, plugins: [functionEntries(root)] }),
+    build({ ...common, entryPoints: programs, plugins: [functionEntries(root), lazyBuiltins()] }),
     // The CLI imports each command's module when it runs: split into chunks, `ocmf --help` reads only
     // the parser, not the Kubernetes client.
     build({ ...common, entryPoints: [cli], splitting: true, chunkNames: "cli/chunks/[name]-[hash]", plugins: [renderSources(root)] }),
@@ -183,7 +198,7 @@ function describe(meta: Metafile, root: string, entry: Entry): BundleResult {
     file: join(root, file),
     files: files.length,
     bytes: outputs.reduce((n, out) => n + out.bytes, 0),
-    inputs: [...new Set(outputs.flatMap((out) => Object.keys(out.inputs)))].filter((i) => !i.startsWith("function-entry:") && !i.startsWith("render-sources:")),
+    inputs: [...new Set(outputs.flatMap((out) => Object.keys(out.inputs)))].filter((i) => !i.startsWith("function-entry:") && !i.startsWith("render-sources:") && !i.startsWith(`${BUILTIN}:`)),
     imports: [...new Set(outputs.flatMap((out) => out.imports.filter((i) => i.external).map((i) => i.path)))],
   };
 }

@@ -29,8 +29,8 @@ export const USER = { uid: 65532, gid: 65532, name: "nonroot" } as const;
 export type ImageSpec = {
   name: string;
   files: { from: string; to: string }[];
-  // The bundle embeds faas-js-runtime's start, so a function runs as `node /app/index.js`; a bundle
-  // that only exports `handle` would instead name the runtime's CLI here.
+  // A function's bundle starts its own CloudEvents server (shared/serve-main.ts), so it runs as
+  // `node /app/index.js`, with nothing else in the image to name.
   entrypoint: string[];
   cmd?: string[];
 };

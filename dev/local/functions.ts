@@ -1,28 +1,31 @@
-// Functions as the Knative Functions runtime runs them: faas-js-runtime HTTP servers on loopback ports.
-import type { Server } from "node:http";
-import faas from "faas-js-runtime";
+// Functions as their bundles run them: the same CloudEvents HTTP server (shared/cloudevents-server.ts),
+// here on a free loopback-reachable port in this process.
+import { startCloudEventServer, type EventHandler } from "../../shared/cloudevents-server.ts";
 import { serve, type FunctionSpec, type Io } from "../../shared/harness.ts";
-import { freePort } from "../control-plane/clusters.ts";
+import { stopOnSignals } from "../../shared/stop-signals.ts";
 
 export type FunctionServer = { url: string; close(): Promise<void> };
 type Handle = (context: unknown, event?: unknown) => Promise<unknown>;
 
-// The runtime reads port 0 as "use 8080", so the port is chosen here. `shutdown` runs when the runtime
-// sees SIGINT/SIGTERM (it exits the process right after), so the caller's cleanup gets to finish.
+// How long close() lets a request in flight finish before cutting it: a test or local mode stopping
+// must not wait on a reconcile whose API server is already gone.
+const CLOSE_GRACE_MS = 2_000;
+
+// `shutdown`, when given, runs on the process' first SIGINT or SIGTERM, then the server closes and
+// the process exits 0 (as a function's own process does); without it the process' owner decides.
 export async function startFunctionServer(handle: Handle, shutdown?: () => Promise<void>): Promise<FunctionServer> {
-  const port = await freePort();
-  // Each runtime server adds its own SIGINT, SIGTERM and uncaughtException handlers to the process;
-  // local mode runs a dozen servers in one process, so the limit grows with them (no leak: one each).
-  process.setMaxListeners(process.getMaxListeners() + 1);
-  const server: Server = await faas.start({ handle, ...(shutdown ? { shutdown } : {}) } as never, { port, logLevel: "silent" } as never);
-  // closeAllConnections: a relay that stopped mid-delivery leaves kept-alive connections that would
-  // otherwise hold close() for the runtime's 72 s keep-alive.
-  const close = () =>
-    new Promise<void>((r) => {
-      server.close(() => r());
-      server.closeAllConnections();
+  // A handler that throws answers 500 with its message; the harness's handlers never throw.
+  const server = await startCloudEventServer(handle as EventHandler, { onError: () => {} });
+  const close = () => server.close(CLOSE_GRACE_MS);
+  if (shutdown) {
+    // Local mode runs a dozen servers in one process, each with its own listeners (no leak: one per signal each).
+    process.setMaxListeners(process.getMaxListeners() + 1);
+    stopOnSignals(async () => {
+      await shutdown();
+      await close();
     });
-  return { url: `http://127.0.0.1:${port}/`, close };
+  }
+  return { url: server.url, close };
 }
 
 export function startFunction<C>(spec: FunctionSpec<C>, io: Io<C>, shutdown?: () => Promise<void>): Promise<FunctionServer> {
