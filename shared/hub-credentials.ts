@@ -5,7 +5,7 @@ import { parse, stringify } from "yaml";
 import { HubKubeconfigLayout, HubSecretKey, agentUser } from "./api/registration.ts";
 import { KubeClient, type KubeObject } from "./kube/client.ts";
 import { SecretResource } from "./api/kube.ts";
-import { readCertificate, type CertificateInfo } from "./pki.ts";
+import { readCertificate, type CertificateInfo } from "./certificate.ts"; // not ./pki.ts: the heartbeat bundles this file
 
 export type Secret = KubeObject & { type?: string; data?: Record<string, string> };
 

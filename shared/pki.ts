@@ -1,7 +1,11 @@
 // Keys, certificate authorities, certificates and PKCS#10 requests, all EC P-256 as OCM's agents use.
-import { webcrypto, X509Certificate as NodeX509Certificate, createPrivateKey, createPublicKey } from "node:crypto";
+// Reading a certificate needs none of @peculiar/x509 and lives in ./certificate.ts (re-exported here), so
+// what only reads one does not load this library.
+import { webcrypto, createPrivateKey, createPublicKey } from "node:crypto";
 import "reflect-metadata"; // @peculiar/x509 resolves its algorithms through tsyringe, which needs it
 import * as x509 from "@peculiar/x509";
+
+export { certificateMatchesKey, isIssuedBy, readCertificate, type CertificateInfo } from "./certificate.ts";
 
 type CryptoKey = webcrypto.CryptoKey;
 const crypto = webcrypto;
@@ -146,31 +150,4 @@ export async function readRequest(base64Pem: string): Promise<RequestInfo> {
   } catch (err) {
     return { unreadable: err instanceof Error ? err.message : String(err) };
   }
-}
-
-export type CertificateInfo = { commonName: string; organizations: string[]; notBefore: Date; notAfter: Date; issuer: string };
-
-export function readCertificate(pem: string): CertificateInfo {
-  const cert = new x509.X509Certificate(pem);
-  return {
-    commonName: cert.subjectName.getField("CN")[0] ?? "",
-    organizations: cert.subjectName.getField("O"),
-    notBefore: cert.notBefore,
-    notAfter: cert.notAfter,
-    issuer: cert.issuer,
-  };
-}
-
-// True when certPem was signed by caPem (Node's own verifier, independent of the generator above).
-export function isIssuedBy(certPem: string, caPem: string): boolean {
-  const cert = new NodeX509Certificate(certPem);
-  const ca = new NodeX509Certificate(caPem);
-  return cert.checkIssued(ca) && cert.verify(ca.publicKey);
-}
-
-// True when the certificate carries the public half of this private key (an issued CSR is ours).
-export function certificateMatchesKey(certPem: string, keyPem: string): boolean {
-  const fromCert = new NodeX509Certificate(certPem).publicKey.export({ type: "spki", format: "der" });
-  const fromKey = createPublicKey(createPrivateKey(keyPem)).export({ type: "spki", format: "der" });
-  return Buffer.compare(fromCert, fromKey) === 0;
 }

@@ -1,36 +1,43 @@
-// The hub as the cluster's own identity, for the heartbeat: hub-kubeconfig-secret is read every period,
-// and only when its resourceVersion moved (or the proxy the agent settings name changed) is the
-// bootstrap secret read, the pair judged (OCM's IsHubKubeConfigValid, §3.5) and a new client built. A
-// rotated certificate or a new proxy is picked up within a period; an unchanged one costs one small GET.
+// The hub as the cluster's own identity, for the heartbeat: hub-kubeconfig-secret is kept by a watch, and
+// only when its resourceVersion moved (or the proxy the agent settings name changed) is the bootstrap
+// secret read, the pair judged (OCM's IsHubKubeConfigValid, §3.5) and a new client built, with a watch
+// on the ManagedCluster through it. A rotated certificate or a new proxy is picked up by the next period;
+// an unchanged one costs no request at all.
 import { parse, stringify } from "yaml";
+import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { SecretResource } from "../../shared/api/kube.ts";
 import { HubSecretKey } from "../../shared/api/registration.ts";
 import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../shared/hub-credentials.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
+import { watchedObject, type Watched } from "./watched.ts";
 
 // judgeHubSecret's reason for a certificate past its notAfter: the one state a restart into
 // re-bootstrap fixes, so the health endpoint reports it.
 export const ExpiredCertificateReason = "the client certificate has expired";
 
-// proxyURL: the proxy renewals go through ("" when none).
-export type HubConnection = { hub: KubeClient; identity: string; notAfter: Date; proxyURL: string };
+// proxyURL: the proxy renewals go through ("" when none). cluster: the ManagedCluster, watched through hub.
+export type HubConnection = { hub: KubeClient; cluster: Watched<ManagedCluster>; identity: string; notAfter: Date; proxyURL: string };
 export type ConnectionState = { ok: true; connection: HubConnection } | { ok: false; reason: string; certificateExpired: boolean };
 
 export type HubConnections = {
   // Throws when the management cluster cannot be read; the caller classifies the error. proxyURL
-  // overrides the hub kubeconfig's proxy-url ("" for none); undefined keeps the kubeconfig's.
-  current(now: Date, proxyURL?: string): Promise<ConnectionState>;
+  // overrides the hub kubeconfig's proxy-url ("" for none); undefined keeps the kubeconfig's. fresh:
+  // read the hub secret with a GET rather than trust the watch (see Watched).
+  current(now: Date, proxyURL?: string, fresh?: boolean): Promise<ConnectionState>;
   close(): void;
 };
 
 export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubConnections {
+  const hubSecret = watchedObject<Secret>(spoke, SecretResource, secrets.hubSecret, secrets.agentNamespace);
   let cached: { version: string; proxyURL?: string; state: ConnectionState } | undefined;
   const closeCached = () => {
-    if (cached?.state.ok) cached.state.connection.hub.close();
+    if (!cached?.state.ok) return;
+    cached.state.connection.cluster.close();
+    cached.state.connection.hub.close();
   };
   return {
-    async current(now, proxyURL) {
-      const hub = await spoke.get<Secret>(SecretResource, secrets.hubSecret, secrets.agentNamespace);
+    async current(now, proxyURL, fresh) {
+      const hub = await hubSecret.get({ fresh });
       // A changed bootstrap kubeconfig makes the registration re-bootstrap, which rewrites this secret:
       // its resourceVersion alone tells when to look again.
       const version = hub?.metadata.resourceVersion ?? "";
@@ -41,7 +48,11 @@ export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubCon
       }
       return expiredBy(cached.state, now);
     },
-    close: closeCached,
+    // Ends the watches and any request in flight to the hub. Safe to call more than once.
+    close() {
+      hubSecret.close();
+      closeCached();
+    },
   };
 }
 
@@ -57,7 +68,8 @@ function judgeSecrets(o: { bootstrapSecret?: Secret; hubSecret?: Secret; cluster
     // bootstrap one): the settings' proxy goes only into the client built from it.
     const hub = clientWithSecretFiles(withProxyURL(secretText(hubSecret, HubSecretKey.Kubeconfig)!, o.proxyURL), hubSecret!);
     const proxyURL = hub.cluster.proxyUrl ?? "";
-    return { ok: true, connection: { hub, identity: judged.cert.commonName, notAfter: judged.cert.notAfter, proxyURL } };
+    const cluster = watchedObject<ManagedCluster>(hub, ManagedClusterResource, clusterName);
+    return { ok: true, connection: { hub, cluster, identity: judged.cert.commonName, notAfter: judged.cert.notAfter, proxyURL } };
   } catch (err) {
     return fail(`unusable agent secrets: ${err instanceof Error ? err.message : String(err)}`);
   }

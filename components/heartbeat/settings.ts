@@ -1,15 +1,15 @@
-// The settings the sidecar runs with (docs/agent-config.md): the checkpoint's active config, read again
-// every period and merged over the sidecar's install-time values, and the log level it sets.
+// The settings the sidecar runs with (docs/agent-config.md): the checkpoint's active config, merged over
+// the sidecar's install-time values, and the log level it sets.
 //
-// Re-read each period rather than watched: the proxy matters only when a renewal is made, so a read just
-// before each one applies a change exactly when it counts. It costs one GET of a small ConfigMap per
-// period on the management cluster, over the kept-alive connection the hub-secret read already uses;
-// a watch would hold a second long-lived connection and a server-side watcher, and need resume, 410 and
-// half-open handling, to save one GET a minute at OCM's default lease.
+// The checkpoint is watched (./watched.ts), so a period costs no request for it and a change is in use
+// by the next renewal, the one where the proxy counts. Without list/watch on the ConfigMap (an older
+// RBAC) the watch falls back to one GET each period.
 import { LogLevels, type AgentSettings, type LogLevel } from "../../shared/api/agent-config.ts";
-import { InstallTimeHash, mergeSettings, readActiveSettings } from "../../shared/agent-config.ts";
+import { ConfigMapResource } from "../../shared/api/kube.ts";
+import { CheckpointConfigMapName, CheckpointKey, InstallTimeHash, mergeSettings, parseCheckpoint } from "../../shared/agent-config.ts";
 import type { Log } from "../../shared/harness.ts";
-import type { KubeClient } from "../../shared/kube/client.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { watchedObject } from "./watched.ts";
 
 // proxyURL absent: the hub kubeconfig's own proxy-url (OCM carries it over from the bootstrap
 // kubeconfig); "": none, straight to the hub.
@@ -23,27 +23,40 @@ export const sidecarSettings = (hash: string, settings: AgentSettings): SidecarS
   logLevel: settings.logLevel ?? "info",
 });
 
-export type SettingsReader = { read(): Promise<SidecarSettings> };
+// fresh: read the checkpoint with a GET rather than trust the watch (see Watched).
+export type SettingsReader = { read(fresh?: boolean): Promise<SidecarSettings>; close(): void };
+
+type ConfigMap = KubeObject & { data?: Record<string, string> };
 
 // Never throws: while the checkpoint cannot be read, the sidecar keeps what it runs (the install-time
 // settings until a first read), and says so once, not every period.
 export function settingsReader(o: { spoke: KubeClient; namespace: string; installTime?: AgentSettings; log: Log }): SettingsReader {
   const installTime = o.installTime ?? InstallTimeSettings;
+  const checkpoint = watchedObject<ConfigMap>(o.spoke, ConfigMapResource, CheckpointConfigMapName, o.namespace);
   let current = sidecarSettings(InstallTimeHash, installTime);
+  let parsedText: string | undefined | null = null; // the active key last parsed; null: none yet
   let failing = false;
   return {
-    async read() {
+    async read(fresh) {
       try {
-        const active = await readActiveSettings(o.spoke, o.namespace);
-        if (failing) o.log.info({ hash: active.hash }, "agent settings readable again");
+        const cm = await checkpoint.get({ fresh });
+        // Parsed again only when it changed: a steady period does no parsing either.
+        const text = cm?.data?.[CheckpointKey.Active];
+        if (text !== parsedText) {
+          // As readActiveSettings: the active key alone, the install-time config when it is absent or unreadable.
+          const active = parseCheckpoint(text === undefined ? {} : { [CheckpointKey.Active]: text }).active;
+          current = sidecarSettings(active.hash, mergeSettings(installTime, active.settings));
+          parsedText = text;
+        }
+        if (failing) o.log.info({ hash: current.hash }, "agent settings readable again");
         failing = false;
-        current = sidecarSettings(active.hash, mergeSettings(installTime, active.settings));
       } catch (err) {
         if (!failing) o.log.warn({ error: err instanceof Error ? err.message : String(err), keeping: current.hash }, "agent settings unreadable: keeping the ones in use");
         failing = true;
       }
       return current;
     },
+    close: () => checkpoint.close(),
   };
 }
 

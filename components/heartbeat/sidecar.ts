@@ -1,9 +1,9 @@
-// The heartbeat sidecar (OCM §5.2): the one long-lived loop in the project. Each period it reads the
-// agent's settings (docs/agent-config.md), its hub credentials and its ManagedCluster, and renews
-// managed-cluster-lease while the cluster is accepted, through the proxy the settings name; it backs off
-// while the hub is unreachable, records when renewals start or stop succeeding under a config, and
-// serves the health endpoint.
-import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+// The heartbeat sidecar (OCM §5.2): the one long-lived loop in the project. It keeps the agent's settings
+// (docs/agent-config.md), its hub credentials and its ManagedCluster by watches, and each period renews
+// managed-cluster-lease while the cluster is accepted, through the proxy the settings name: one request
+// per period, as OCM's lease updater makes. It backs off while the hub is unreachable, records when
+// renewals start or stop succeeding under a config, and serves the health endpoint.
+import { ManagedClusterConditionType } from "../../shared/api/cluster.ts";
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { isTrue } from "../../shared/conditions.ts";
 import { InstallTimeHash } from "../../shared/agent-config.ts";
@@ -54,7 +54,8 @@ export type HeartbeatStatus = {
 export type Heartbeat = {
   status(): HeartbeatStatus;
   health(): Health;
-  // Cuts the current wait short; resolves once a beat that started after the call has finished.
+  // Cuts the current wait short; resolves once a beat that started after the call has finished. That
+  // beat reads settings, secrets and cluster afresh, so a caller that has just changed one sees it used.
   wake(): Promise<HeartbeatStatus>;
   stop(): Promise<void>;
   healthUrl?: string;
@@ -75,6 +76,9 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
 
   let connection: ConnectionState | undefined;
   let lease: Lease | undefined; // as last written: the next renewal writes on top of it
+  // The next beat reads with GETs, not from the watches: after wake(), or after a beat that failed (a
+  // watch may be what is stale, e.g. the hub refusing a certificate the watch has not yet seen replaced).
+  let fresh = true;
   let stopped = false;
   let waking: AbortController | undefined;
   let wakers: ((s: HeartbeatStatus) => void)[] = [];
@@ -92,18 +96,20 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
   // anything about the config.
   async function beat(): Promise<{ beat: Beat; renewal?: { ok: boolean; error?: string } }> {
     let where = "management cluster";
+    const readFresh = fresh;
+    fresh = false;
     try {
-      s.settings = await settings.read();
+      s.settings = await settings.read(readFresh);
       const previous = connection?.ok ? connection.connection : undefined;
-      connection = await connections.current(clock.now(), s.settings.proxyURL);
+      connection = await connections.current(clock.now(), s.settings.proxyURL, readFresh);
       where = "hub";
       if (!connection.ok) return { beat: { kind: "skipped", reason: `no usable hub credentials: ${connection.reason}` } };
-      const { hub, identity, notAfter, proxyURL } = connection.connection;
+      const { hub, cluster: watchedCluster, identity, notAfter, proxyURL } = connection.connection;
       if (connection.connection !== previous) {
         log.info({ cluster, identity, notAfter, proxyURL, hash: s.settings.hash }, "hub credentials loaded");
         lease = undefined;
       }
-      const mc = await hub.get<ManagedCluster>(ManagedClusterResource, cluster);
+      const mc = await watchedCluster.get({ fresh: readFresh });
       // A cluster deleted while the sidecar runs may come back: keep looking every period.
       if (!mc) return { beat: { kind: "skipped", reason: `managed cluster ${cluster} not found` } };
       s.leaseDurationMs = leaseDurationMs(mc);
@@ -114,6 +120,7 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
       return { beat: { kind: "renewed", renewTime: renewal.renewTime }, renewal: { ok: true } };
     } catch (err) {
       lease = undefined; // whatever happened, the next renewal starts from a fresh read
+      fresh = true;
       const reason = `${where}: ${err instanceof Error ? err.message : String(err)}`;
       const kind = classifyError(err);
       if (kind === "unknown") log.error({ cluster, error: reason }, "unexpected error in a heartbeat");
@@ -171,6 +178,7 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
       if (stopped) return Promise.resolve(status());
       return new Promise((resolve) => {
         wakers.push(resolve);
+        fresh = true;
         if (waking) waking.abort();
         else again = true;
       });
@@ -179,7 +187,8 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
       if (stopped) return;
       stopped = true;
       waking?.abort();
-      connections.close(); // ends a request in flight to the hub
+      connections.close(); // ends the watches and a request in flight to the hub
+      settings.close();
       await loop;
       connections.close();
       s.running = false;
