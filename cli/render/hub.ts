@@ -60,14 +60,10 @@ export function hubWatches(fns: readonly Deployed[]): Watch[] {
   });
 }
 
-// Resource mode (the payload carries the labels some functions key on) unless the functions subscribe
-// only to Reference-mode (ref.*) events.
-function modeOf(fns: readonly FunctionDeployment[]): "Resource" | "Reference" {
-  const types = fns.flatMap((f) => f.deploy.subscriptions.map((s) => s.filters.type ?? ""));
-  const wantsResource = types.some((t) => t.startsWith("dev.knative.apiserver.resource."));
-  const wantsReference = types.some((t) => t.startsWith("dev.knative.apiserver.ref."));
-  return wantsReference && !wantsResource ? "Reference" : "Resource";
-}
+// One ApiServerSource has one mode: Resource when any of its functions needs the object in the event
+// (the payload carries the labels some functions key on), else Reference (cli/render/sources.ts).
+const modeOf = (fns: readonly Deployed[]) =>
+  mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches)).some((s) => s.mode === "Resource") ? "Resource" : "Reference";
 
 export const ApiServerSourceName = "ocm-hub";
 export const ApiServerSourceAccount = "ocm-hub-apiserversource";
@@ -190,7 +186,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     kind: "ApiServerSource",
     metadata: { name: ApiServerSourceName, namespace: ns },
     spec: {
-      mode: modeOf(fns),
+      mode: modeOf(brokerFed),
       serviceAccountName: ApiServerSourceAccount,
       namespaceSelector: {}, // empty: every namespace (cluster namespaces come and go)
       resources: watches.map(({ resource, selector }) => ({
