@@ -10,11 +10,13 @@ import { placement } from "./placement.ts";
 import { agentConfigBench } from "./agent-config.ts";
 import { coldStart } from "./cold-start.ts";
 import { eventsToConverged } from "./events-to-converged.ts";
+import { hubCost, fleetScale } from "./scale.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-// broker needs root (a real node) and is run only when named: npm run bench -- broker
+// Run only when named: broker needs root (a real node); hub-cost and fleet take many minutes and run
+// OCM's controller beside ours (npm run bench -- hub-cost).
 const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon, placement, agentConfigBench, coldStart, eventsToConverged];
-const byName: Bench[] = [broker];
+const byName: Bench[] = [broker, hubCost, fleetScale];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.

@@ -57,6 +57,7 @@ export type FleetOptions = {
   clock?: Clock;
   clusters?: LocalClusters; // reuse running control planes (benchmarks start many fleets)
   relays?: boolean; // false: start none (a replay test delivers the events itself)
+  autoApprovalUsers?: readonly string[]; // more for the hub's list, e.g. a simulator's bootstrap user
 };
 
 export type Fleet = {
@@ -122,7 +123,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const tokens = new Map<string, Awaited<ReturnType<typeof hubCluster.createBootstrapToken>>>();
   for (const s of o.spokes) tokens.set(s.name, await hubCluster.createBootstrapToken(["system:bootstrappers:managedcluster"]));
   // Each auto-approved spoke's token may register that cluster's name and no other.
-  const autoApprovalUsers = o.spokes.filter((s) => s.autoApprove).map((s) => `${tokens.get(s.name)!.user}=${s.name}`);
+  const autoApprovalUsers = [...(o.autoApprovalUsers ?? []), ...o.spokes.filter((s) => s.autoApprove).map((s) => `${tokens.get(s.name)!.user}=${s.name}`)];
 
   // Hub: registration, health and add-on functions, fed by the hub relay.
   const hubSettings = { hubCluster: "hub", autoApprovalUsers };
