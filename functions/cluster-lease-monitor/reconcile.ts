@@ -4,7 +4,7 @@
 import { createClusterLease, type Lease } from "../../shared/cluster-lease.ts";
 import { z } from "zod";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { ObjectEvent } from "../../shared/events.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { recordEvent } from "../../shared/kube/event-recorder.ts";
@@ -53,9 +53,34 @@ export const fn = defineFunction({
     { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease },
   ],
   resyncSeconds: 60,
+  resync,
   reconcile,
 });
 export const spec = fn.spec;
+
+// A resync tick looks at the clusters that need a look, judged from one list of clusters and one of
+// leases: a missing lease, an expired one not yet marked, a clock condition to change. A fresh lease
+// is left to its recheck at expiry (and to this tick, should that recheck be lost), so a steady fleet
+// costs two lists a tick, not two reads per cluster.
+async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
+  const cluster = io.config.hubCluster;
+  if (tick.cluster && tick.cluster !== cluster) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
+  const hub = io.cluster(cluster);
+  const [clusters, leases] = await Promise.all([
+    hub.list<ManagedCluster>(ManagedClusterResource),
+    hub.list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName }),
+  ]);
+  const leaseOf = new Map(leases.items.filter((l) => l.metadata.name === ManagedClusterLeaseName).map((l) => [l.metadata.namespace, l]));
+  const now = io.clock.now();
+  const multiplier = io.config.leaseGraceMultiplier;
+  return clusters.items.filter((c) => needsLook(c, leaseOf.get(c.metadata.name), now, multiplier)).map((c) => ({ cluster, name: c.metadata.name! }));
+}
+
+export function needsLook(cluster: ManagedCluster, lease: Lease | undefined, now: Date, multiplier: number): boolean {
+  if (!wasEverAccepted(cluster)) return false;
+  if (!lease) return true;
+  return judgeLease({ lease, cluster, now, multiplier }).condition !== undefined || judgeClock({ lease, cluster, now, multiplier }) !== undefined;
+}
 
 // A lease wakes the cluster whose namespace it lives in.
 function keysOfLease(event: ObjectEvent): KeysOrSkip {

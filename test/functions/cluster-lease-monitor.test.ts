@@ -16,7 +16,7 @@ import { ClusterEventReason, LeaseDurationTimes, ManagedClusterMessage, availabl
 import { findCondition, setCondition } from "../../shared/conditions.ts";
 import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io, type Outcome } from "../../shared/harness.ts";
-import { spec, type Config, type Lease } from "../../functions/cluster-lease-monitor/reconcile.ts";
+import { fn, spec, type Config, type Lease } from "../../functions/cluster-lease-monitor/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -258,6 +258,23 @@ describe("event delivery", () => {
     expect(reply.statusCode, reply.body).toBe(204);
     expect((await stateOf(a.c)).available).toBe(unknown);
     expect((await stateOf(b.c)).available).toBe(unknown);
+  });
+
+  it("on a resync tick, reconciles only the clusters that need a look", async () => {
+    const clock = manualClock();
+    const [fresh, expired, noLease, marked] = [scene(LeaseDurationTimes, clock), scene(LeaseDurationTimes, clock), scene(LeaseDurationTimes, clock), scene(LeaseDurationTimes, clock)];
+    await Promise.all([seed(fresh, { renewedAgoS: 10 }), seed(expired, { renewedAgoS: 300 }), seed(noLease, { renewedAgoS: "no lease" }), seed(marked, { renewedAgoS: 300 })]);
+    // Looked at once already: fresh has its ClockSynced condition, marked is Unknown; nothing is left to change.
+    await reconcile(fresh);
+    await reconcile(marked);
+    const keys = await fn.definition.resync!(fresh.io, { type: "tick", cluster: HUB });
+    if (!Array.isArray(keys)) throw new Error(`skipped: ${keys.skip}`);
+    const names = keys.map((k) => k.name);
+    expect(names).toEqual(expect.arrayContaining([expired.c, noLease.c]));
+    expect(names).not.toContain(fresh.c);
+    expect(names).not.toContain(marked.c);
+    // and a tick for another cluster wakes nothing
+    expect(await fn.definition.resync!(fresh.io, { type: "tick", cluster: "spoke" })).toHaveProperty("skip");
   });
 
   it("skips leases that are not cluster leases, and events from other clusters", async () => {
