@@ -1,7 +1,7 @@
 // Turns a reconcile into a Knative function: parse the CloudEvent (zod), map it to keys of the root
 // kind, reconcile each key by level, and answer with a status that makes the source retry or not.
 import type { Clock } from "./clock.ts";
-import { parseEvent, type FunctionEvent } from "./events.ts";
+import { parseEvent, type FunctionEvent, type TickEvent } from "./events.ts";
 import { classifyError } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
 
@@ -142,15 +142,40 @@ function logFailure(io: Io<unknown>, err: unknown, reply: Reply, key?: Key): voi
   else io.log[reply.statusCode === 500 ? "error" : "warn"]({ key, error, status: reply.statusCode }, "reconcile failed");
 }
 
+// A resync tick that comes while the sweep of an earlier one still runs (a source that gave up waiting
+// and sent it again, or a sweep longer than the tick period) joins that sweep and gets its answer: two
+// sweeps never overlap, and a slow one is not multiplied by its own re-sends.
+const sweepsByIo = new WeakMap<object, WeakMap<object, Map<string, Promise<Reply>>>>();
+
+function sweepOnce<C>(spec: FunctionSpec<C>, io: Io<C>, tick: TickEvent): Promise<Reply> {
+  let bySpec = sweepsByIo.get(io);
+  if (!bySpec) sweepsByIo.set(io, (bySpec = new WeakMap()));
+  let sweeps = bySpec.get(spec);
+  if (!sweeps) bySpec.set(spec, (sweeps = new Map()));
+  const id = tick.cluster ?? "";
+  const running = sweeps.get(id);
+  if (running) {
+    io.log.info({ cluster: tick.cluster }, "tick: joined the sweep already running");
+    return running;
+  }
+  const sweep = handleParsed(spec, io, tick).finally(() => sweeps!.delete(id));
+  sweeps.set(id, sweep);
+  return sweep;
+}
+
 export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudevent: Record<string, unknown> | undefined): Promise<Reply> {
   const parsed = parseEvent(cloudevent);
   if (!parsed.ok) {
     io.log.warn({ reason: parsed.reason }, "rejected: malformed event");
     return { statusCode: 400, body: parsed.reason };
   }
+  return parsed.event.type === "tick" ? sweepOnce(spec, io, parsed.event) : handleParsed(spec, io, parsed.event);
+}
+
+async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: FunctionEvent): Promise<Reply> {
   let keys: Key[] | { skip: string };
   try {
-    keys = await spec.keys(parsed.event, io);
+    keys = await spec.keys(event, io);
   } catch (err) {
     const reply = replyFor(err);
     logFailure(io, err, reply);

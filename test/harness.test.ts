@@ -11,7 +11,7 @@ import { KubeClient } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
 import { systemClock } from "../shared/clock.ts";
-import { tickEvent } from "./support/functions.ts";
+import { objectEvent, tickEvent } from "./support/functions.ts";
 
 const HUB = "hub";
 const suffix = () => Math.random().toString(36).slice(2, 7);
@@ -123,6 +123,9 @@ describe("several keys", () => {
   });
 });
 
+// Any object event: the lister's keys do not depend on it.
+const thing = () => objectEvent({ cluster: HUB, object: { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "thing", namespace: "default" } } });
+
 describe("one key at a time", () => {
   it("never runs a key twice at once, and folds the events that come meanwhile into one more run", async () => {
     const user = `turns-${suffix()}`;
@@ -139,14 +142,38 @@ describe("one key at a time", () => {
       if (runs.length === 1) await gate; // the first run holds until every other event has arrived
       running--;
     });
-    const first = handleEvent(spec, io, tickEvent(HUB));
+    const first = handleEvent(spec, io, thing());
     await new Promise((resolve) => setTimeout(resolve, 50));
-    const meanwhile = Array.from({ length: 4 }, () => handleEvent(spec, io, tickEvent(HUB)));
+    const meanwhile = Array.from({ length: 4 }, () => handleEvent(spec, io, thing()));
     release();
     const replies = await Promise.all([first, ...meanwhile]);
     expect(replies.map((r) => r.statusCode)).toEqual([204, 204, 204, 204, 204]);
     expect(most).toBe(1);
     expect(runs).toEqual(["first", "after"]);
+  });
+
+  it("joins a tick that comes during a sweep to that sweep: no second sweep, the same answer", async () => {
+    const user = `sweeps-${suffix()}`;
+    await grantList(user);
+    const { io, lines } = await ioFor(user);
+    const runs: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const spec = lister(["a", "b"].map((name) => ({ cluster: HUB, namespace: "default", name })), async (key) => {
+      runs.push(key.name);
+      if (runs.length === 1) await gate;
+    });
+    const first = handleEvent(spec, io, tickEvent(HUB));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const again = Array.from({ length: 3 }, () => handleEvent(spec, io, tickEvent(HUB)));
+    release();
+    const replies = await Promise.all([first, ...again]);
+    expect(replies.map((r) => r.statusCode)).toEqual([204, 204, 204, 204]);
+    expect(runs).toEqual(["a", "b"]);
+    expect(lines.filter((l) => l.msg.startsWith("tick: joined"))).toHaveLength(3);
+    // control: once that sweep is over, the next tick sweeps again
+    expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
+    expect(runs).toEqual(["a", "b", "a", "b"]);
   });
 
   it("runs different keys side by side (control)", async () => {
