@@ -15,6 +15,7 @@
 //   });
 import { z } from "zod";
 import type { ApiResource } from "./api/meta.ts";
+import type { KubeObject } from "./kube/client.ts";
 import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
 import { ioFromEnv } from "./function-env.ts";
 import { serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply } from "./harness.ts";
@@ -60,6 +61,10 @@ export type Definition<C> = {
   // The keys a resync tick wakes, when not every root object (a tick names the cluster it is for, if any).
   resync?: (io: Io<C>, tick: TickEvent) => KeysOrSkip | Promise<KeysOrSkip>;
   map?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>; // for watches without `keys`
+  // Whether a root object needs nothing from the function, judged from the object alone. One an event
+  // carries (Resource mode) or a resync tick lists wakes no reconcile when settled: every later change
+  // brings its own event, so a stale copy that looks settled skips nothing a newer one would not show.
+  settled?: (object: KubeObject, io: Io<C>) => boolean;
   reconcile: (io: Io<C>, key: Key) => Promise<Outcome>;
 };
 
@@ -105,24 +110,28 @@ const inScope = <C>(w: Watch<C>, e: ObjectEvent) => w.cluster === e.cluster && i
 
 async function keysOf<C>(d: Definition<C>, event: FunctionEvent, io: Io<C>): Promise<KeysOrSkip> {
   const watches = d.watches(io.config);
-  if (event.type === "tick") return d.resync ? d.resync(io, event) : listRoots(watches, event, io);
+  if (event.type === "tick") return d.resync ? d.resync(io, event) : listRoots(watches, event, io, d.settled);
   const w = watches.find((w) => inScope(w, event));
   if (!w) return { skip: `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ""}${event.ref.name} on ${event.cluster} is not watched` };
   if (!(w.verbs ?? AllVerbs).includes(event.verb)) return { skip: `${event.ref.kind} is not watched for ${event.verb}` };
   if (w.keys) return w.keys(event, io);
-  if (w.root) return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
+  if (w.root) {
+    if (event.object && d.settled?.(event.object as KubeObject, io)) return { skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` };
+    return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
+  }
   if (d.map) return d.map(event, io);
   return { skip: `${event.ref.kind} is watched but the function maps no keys from it` };
 }
 
 // A resync: every root object, as controller-runtime's periodic resync re-queues its cache.
-async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: Io<C>): Promise<KeysOrSkip> {
+async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: Io<C>, settled?: Definition<C>["settled"]): Promise<KeysOrSkip> {
   const roots = watches.filter((w) => w.root && (!tick.cluster || tick.cluster === w.cluster));
   if (roots.length === 0) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
   const keys: Key[] = [];
   for (const w of roots) {
     const { items } = await io.cluster(w.cluster).list(w.resource, { namespace: w.namespace, labelSelector: w.labelSelector, fieldSelector: w.fieldSelector });
-    keys.push(...items.map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
+    const unsettled = settled ? items.filter((o) => !settled(o, io)) : items;
+    keys.push(...unsettled.map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
   }
   return keys;
 }

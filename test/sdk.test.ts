@@ -51,6 +51,14 @@ describe("defineFunction's keys", () => {
     expect(await fn.spec.keys(event("spoke1", "Lease", "coordination.k8s.io/v1", "l", "update", "x"), io)).toEqual({ skip: "map saw Lease" });
   });
 
+  it("skips a root event whose object, as the event carries it, is settled; keys one without the object", async () => {
+    const calm = defineFunction({ ...fn.definition, settled: (o) => o.metadata.labels !== undefined });
+    const withObject = (labels?: Record<string, string>): ObjectEvent => ({ ...event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1"), object: { metadata: { name: "c1", labels } } });
+    expect(await calm.spec.keys(withObject({ a: "b" }), io)).toEqual({ skip: expect.stringContaining("settled") });
+    expect(await calm.spec.keys(withObject(), io)).toEqual([{ cluster: "hub", name: "c1" }]);
+    expect(await calm.spec.keys(event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1"), io)).toEqual([{ cluster: "hub", name: "c1" }]);
+  });
+
   it("skips a tick for a cluster it reconciles nothing on", async () => {
     expect(await fn.spec.keys({ type: "tick", cluster: "spoke1" }, io)).toEqual({ skip: expect.stringContaining("spoke1") });
   });

@@ -19,14 +19,14 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-// The root kind is ManagedCluster (a deleted one has no labels to keep); an add-on event, its deletion
-// too, wakes the cluster whose namespace it lives in.
+// The root kind is ManagedCluster (a deleted one has no labels to keep), its events and ticks skipped
+// while it is settled; an add-on event, its deletion too, wakes the cluster whose namespace it lives in.
 export const fn = defineFunction({
   name: "addon-cluster-label",
   config: ConfigSchema,
   env: configFromEnv,
   watches: (c) => [
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["add", "update"], root: true },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true },
     {
       cluster: c.hubCluster,
       resource: ManagedClusterAddOnV1alpha1Resource,
@@ -35,6 +35,8 @@ export const fn = defineFunction({
     },
   ],
   resyncSeconds: 60,
+  // a cluster deleting, or not yet Available, has no labels to change (see reconcile)
+  settled: (c) => !!c.metadata.deletionTimestamp || !findCondition((c as ManagedCluster).status?.conditions, ManagedClusterConditionType.Available),
   reconcile,
 });
 export const spec = fn.spec;

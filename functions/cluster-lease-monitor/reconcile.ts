@@ -42,18 +42,19 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
 
 export type { Lease };
 
-// The root kind is ManagedCluster (a deleted one has nothing left to judge). Only the cluster leases
+// The root kind is ManagedCluster (a deleted or never accepted one has nothing to judge). Only the cluster leases
 // carry the cluster-name label, so node and leader-election leases never reach the function.
 export const fn = defineFunction({
   name: "cluster-lease-monitor",
   config: ConfigSchema,
   env: configFromEnv,
   watches: (c) => [
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["add", "update"], root: true },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true },
     { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease },
   ],
   resyncSeconds: 60,
   resync,
+  settled: (c) => !wasEverAccepted(c as ManagedCluster), // nothing to judge before acceptance
   reconcile,
 });
 export const spec = fn.spec;

@@ -12,14 +12,16 @@ export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
 export const configFromEnv = hubClusterFromEnv;
 
-// The root kind is ManagedCluster: a change wakes its own cluster, and the resync tick every cluster.
+// The root kind is ManagedCluster: a change wakes its own cluster, and the resync tick every cluster,
+// unless the cluster as the event carries it (or the tick lists it) already has the taints it should.
 // Deletions wake nothing: a cluster that is gone has no taints to keep.
 export const fn = defineFunction({
   name: "cluster-taints",
   config: ConfigSchema,
   env: configFromEnv,
-  watches: (c) => [{ cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["add", "update"], root: true }],
+  watches: (c) => [{ cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true }],
   resyncSeconds: 60,
+  settled: (c, io) => isSettled(c as ManagedCluster, io.clock.now()),
   reconcile,
 });
 export const spec = fn.spec;
@@ -43,6 +45,8 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   io.log.info({ cluster: key.name, taints: taints.map((t) => t.key) }, "taints updated to follow Available");
   return done;
 }
+
+export const isSettled = (cluster: ManagedCluster, now: Date) => !!cluster.metadata.deletionTimestamp || decideTaints(cluster, now) === undefined;
 
 export const unreachableTaint = { key: TaintKey.Unreachable, effect: TaintEffect.NoSelect } as const satisfies Taint;
 export const unavailableTaint = { key: TaintKey.Unavailable, effect: TaintEffect.NoSelect } as const satisfies Taint;

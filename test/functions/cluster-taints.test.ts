@@ -142,6 +142,19 @@ describe("event delivery", () => {
     expect((await taintsOf(b.c)).map((t) => t.key)).toEqual([TaintKey.Unavailable]);
   });
 
+  it("wakes no reconcile for a cluster that, as the event carries it or a tick lists it, has its taints", async () => {
+    const [settled, off] = [scene(), scene()];
+    const [settledMc, offMc] = await Promise.all([seed(settled, { available: "True" }), seed(off, { available: "False" })]);
+    // an io that fails any read: a reconcile would answer 500
+    const noReads: Io<Config> = { ...settled.io, cluster: () => { throw new Error("read attempted"); } };
+    expect((await handleEvent(spec, noReads, clusterEvent(settledMc))).statusCode).toBe(204);
+    expect((await handleEvent(spec, noReads, clusterEvent(offMc))).statusCode).toBe(500); // control: not settled, so read
+    const keys = await spec.keys({ type: "tick", cluster: HUB }, settled.io);
+    if (!Array.isArray(keys)) throw new Error(`skipped: ${keys.skip}`);
+    expect(keys.map((k) => k.name)).toContain(off.c);
+    expect(keys.map((k) => k.name)).not.toContain(settled.c);
+  });
+
   it("answers a malformed event with 400 and changes nothing", async () => {
     const s = scene();
     const mc = await seed(s, { available: "Unknown" });
