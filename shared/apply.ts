@@ -24,15 +24,26 @@ export async function createOrUpdate<T extends KubeObject>(client: KubeClient, r
       return createOrUpdate(client, r, desired, fields, true);
     }
   }
+  const next = withDesired(existing, desired, fields);
+  if (isDeepStrictEqual(next, existing)) return existing;
+  return client.update(r, next);
+}
+
+// What createOrUpdate would make of an existing object: the desired labels and annotations added, the
+// named fields replaced.
+export function withDesired<T extends KubeObject>(existing: T, desired: T, fields: readonly string[]): T {
   const next = structuredClone(existing) as T & { metadata: Meta };
   const want = desired.metadata as Meta;
   const have = next.metadata as Meta;
   if (want.labels) have.labels = { ...have.labels, ...want.labels };
   if (want.annotations) have.annotations = { ...have.annotations, ...want.annotations };
   for (const f of fields) (next as Record<string, unknown>)[f] = (desired as Record<string, unknown>)[f];
-  if (isDeepStrictEqual(next, existing)) return existing;
-  return client.update(r, next);
+  return next;
 }
+
+// Whether createOrUpdate would write: missing, or not as desired.
+export const wouldWrite = <T extends KubeObject>(existing: T | undefined, desired: T, fields: readonly string[]) =>
+  !existing || !isDeepStrictEqual(withDesired(existing, desired, fields), existing);
 
 // Merge-patches status when it differs, removed keys as null so maps shrink too; the patch carries
 // resourceVersion so it is optimistic.

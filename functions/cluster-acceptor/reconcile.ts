@@ -5,11 +5,11 @@ import { createClusterLease } from "../../shared/cluster-lease.ts";
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
-import type { ObjectEvent } from "../../shared/events.ts";
+import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip, type Watch } from "../../shared/sdk.ts";
-import type { KubeClient } from "../../shared/kube/client.ts";
-import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer } from "../../shared/apply.ts";
-import { isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, wouldWrite } from "../../shared/apply.ts";
+import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import {
@@ -67,9 +67,61 @@ export const fn = defineFunction({
     },
   ],
   resyncSeconds: 60,
+  resync,
   reconcile,
 });
 export const spec = fn.spec;
+
+// A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
+// one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting
+// auto-acceptance or a deny; an accepted one (its auto-acceptance mark waits for its next event) without its condition, finalizer, namespace or any RBAC
+// object as desired; and a gone one whose RBAC remains. The shared ClusterRoles, when drifted, wake one
+// accepted cluster, whose reconcile writes them.
+async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
+  const cluster = io.config.hubCluster;
+  if (tick.cluster && tick.cluster !== cluster) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
+  const hub = io.cluster(cluster);
+  const labelled = { labelSelector: ClusterLabel.ClusterName };
+  const [clusters, namespaces, roles, clusterBindings, bindings] = await Promise.all([
+    hub.list<ManagedCluster>(ManagedClusterResource),
+    hub.list(NamespaceResource, labelled),
+    hub.list(ClusterRoleResource, labelled),
+    hub.list(ClusterRoleBindingResource, labelled),
+    hub.list(RoleBindingResource, labelled),
+  ]);
+  const byName = (items: KubeObject[]) => new Map(items.map((o) => [`${o.metadata.namespace ?? ""}/${o.metadata.name}`, o]));
+  const found = { namespaces: byName(namespaces.items), roles: byName(roles.items), clusterBindings: byName(clusterBindings.items), bindings: byName(bindings.items) };
+  const names = new Set<string>();
+  for (const c of clusters.items) if (needsLook(c, found, io.config)) names.add(c.metadata.name);
+  const accepted = clusters.items.find((c) => c.spec?.hubAcceptsClient && !c.metadata.deletionTimestamp);
+  const shared = [registrationClusterRole, workClusterRole];
+  if (accepted && shared.some((r) => wouldWrite(found.roles.get(`/${r.metadata.name}`), r, ["rules"]))) names.add(accepted.metadata.name);
+  // RBAC of clusters that are gone
+  const known = new Set(clusters.items.map((c) => c.metadata.name));
+  for (const o of [...roles.items, ...clusterBindings.items, ...bindings.items]) {
+    const owner = (o.metadata as { labels?: Record<string, string> }).labels?.[ClusterLabel.ClusterName];
+    if (owner && !known.has(owner)) names.add(owner);
+  }
+  return [...names].map((name) => ({ cluster, name }));
+}
+
+type Found = Record<"namespaces" | "roles" | "clusterBindings" | "bindings", Map<string, KubeObject>>;
+
+export function needsLook(c: ManagedCluster, found: Found, config: Config): boolean {
+  const name = c.metadata.name;
+  if (c.metadata.deletionTimestamp) return true;
+  if (!c.spec?.hubAcceptsClient) return wasAccepted(c) || isAutoAcceptPending(c, config);
+  if (!hasCondition(c.status?.conditions, acceptedCondition) || !c.metadata.finalizers?.includes(ClusterFinalizer.ApiResourceCleanup)) return true;
+  if (!found.namespaces.has(`/${name}`)) return true;
+  const work = found.bindings.get(`${name}/${HubRbacName.workRoleBinding(name)}`);
+  return (
+    wouldWrite(found.roles.get(`/${HubRbacName.cluster(name)}`), clusterRole(name, true), ["rules"]) ||
+    wouldWrite(found.clusterBindings.get(`/${HubRbacName.cluster(name)}`), clusterRoleBinding(name), ["subjects"]) ||
+    wouldWrite(found.bindings.get(`${name}/${HubRbacName.registrationRoleBinding(name)}`), roleBinding(name, "registration"), ["subjects"]) ||
+    wouldWrite(work, roleBinding(name, "work"), ["subjects"]) ||
+    !(work?.metadata.finalizers as string[] | undefined)?.includes(WorkFinalizer.ManifestWorkCleanup)
+  );
+}
 
 // OCM requeues after 5 s while ManifestWorks keep the work RoleBinding's finalizer in place.
 const WORKS_REMAIN_RECHECK_MS = 5_000;

@@ -26,7 +26,7 @@ import { findCondition } from "../../shared/conditions.ts";
 import { microTime } from "../../shared/clock.ts";
 import { createCertificateRequest, generateKeyPair } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io, type Reply } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
+import { fn, spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
 import { clusterRole } from "../../functions/cluster-acceptor/rbac.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
@@ -231,6 +231,37 @@ describe("accepting and denying clusters", () => {
     const before = await versions();
     await deliver(tickEvent(HUB));
     expect(await versions()).toEqual(before);
+  });
+
+  it("on a resync tick, reconciles only the clusters that differ from what acceptance leaves", async () => {
+    const [steady, drifted, fresh] = [`c${suffix()}`, `c${suffix()}`, `c${suffix()}`];
+    await deliver(clusterEvent(await createCluster(steady, true)));
+    await deliver(clusterEvent(await createCluster(drifted, true)));
+    await createCluster(fresh, true); // accepted by an admin, its event not yet come
+    // the deletion of drifted's ClusterRoleBinding happened while its event was lost
+    await admin.delete(ClusterRoleBindingResource, HubRbacName.cluster(drifted));
+    const keys = await fn.definition.resync!(io, { type: "tick", cluster: HUB });
+    if (!Array.isArray(keys)) throw new Error(`skipped: ${keys.skip}`);
+    const names = keys.map((k) => k.name);
+    expect(names).toEqual(expect.arrayContaining([drifted, fresh]));
+    expect(names).not.toContain(steady);
+    // the tick puts back what the lost events would have
+    await deliver(tickEvent(HUB));
+    expect(await stateOf(drifted)).toEqual(await stateOf(steady));
+    expect(await stateOf(fresh)).toEqual(await stateOf(steady));
+    expect(await fn.definition.resync!(io, { type: "tick", cluster: "spoke" })).toHaveProperty("skip");
+  });
+
+  it("on a resync tick, removes the RBAC of a cluster that went while its events were lost", async () => {
+    const c = `c${suffix()}`;
+    await deliver(clusterEvent(await createCluster(c, true)));
+    await admin.patch(ManagedClusterResource, c, { metadata: { finalizers: null } });
+    await admin.delete(ManagedClusterResource, c);
+    await eventually(async () => expect(await readCluster(c)).toBeUndefined());
+    const keys = await fn.definition.resync!(io, { type: "tick", cluster: HUB });
+    expect(Array.isArray(keys) && keys.map((k) => k.name)).toContain(c);
+    await deliver(tickEvent(HUB));
+    expect(await stateOf(c)).toMatchObject({ cluster: "gone", clusterRole: "none", clusterRoleBinding: "none", registrationRoleBinding: "none" });
   });
 });
 
