@@ -12,8 +12,11 @@
 //
 //   npm run bench -- hub-cost   N = 20 and 200 (SCALE_SIZES=20,200,1000 for more)
 //   npm run bench -- fleet      N = 1000
-// SCALE_WINDOW_SECONDS (default 60) sets each steady-state window; SCALE_RESYNC_SECONDS ours' resync (60); SCALE_SYSTEMS=ours or ocm runs one hub;
-// SCALE_LOG=FILE keeps ours' logs.
+// Settings: SCALE_WINDOW_SECONDS (60), each steady-state window, which starts one lease period and
+// SCALE_SETTLE_SECONDS (30) after the fleet joined or its period changed; SCALE_RESYNC_SECONDS (60),
+// ours' resync; SCALE_SYSTEMS=ours or ocm, one hub only; SCALE_LOG=FILE keeps ours' logs;
+// SCALE_PROFILE=PREFIX writes a CPU profile of ours' last window. Ours' memory is that of this process:
+// run one size per process (SCALE_SIZES=200) for a figure without an earlier size's leftovers.
 import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -37,6 +40,7 @@ const WINDOW_S = Number(process.env.SCALE_WINDOW_SECONDS || 60);
 const SYSTEMS = (process.env.SCALE_SYSTEMS || "ours,ocm").split(",") as System[];
 const PERIODS = [60, 10] as const; // lease renewal periods, seconds
 const PROBES = 10;
+const SETTLE_S = Number(process.env.SCALE_SETTLE_SECONDS || 30); // after one full period, before a window
 // Ours resyncs as deployed: the hub's PingSource ticks every minute.
 const RESYNC_S = Number(process.env.SCALE_RESYNC_SECONDS || 60);
 const PROFILE = process.env.SCALE_PROFILE; // a CPU profile of ours' last window, to PROFILE-N.cpuprofile
@@ -145,7 +149,7 @@ class Simulator {
 
 // One hub: its controllers' CPU (ours runs in this process), kept apart from the control plane's.
 // invocations: ours' function calls so far, per function (deliveries, retries included).
-type Hub = { cpuMs(): number; memory(): { rss: number; anon: number }; stop(): Promise<void>; check?(): void; invocations?(): Map<string, number> };
+type Hub = { cpuMs(): number; memory(): { rss: number; anon: number; heap?: number; external?: number }; stop(): Promise<void>; check?(): void; invocations?(): Map<string, number> };
 
 async function startHub(system: System, clusters: LocalClusters, bootstrapUser: string): Promise<Hub> {
   const hub = clusters.get("hub");
@@ -157,7 +161,10 @@ async function startHub(system: System, clusters: LocalClusters, bootstrapUser: 
         const u = process.cpuUsage();
         return (u.user + u.system) / 1_000;
       },
-      memory: () => memoryOf(process.pid),
+      memory: () => {
+        const { heapUsed, external } = process.memoryUsage();
+        return { ...memoryOf(process.pid), heap: heapUsed, external };
+      },
       stop: () => fleet.stop(),
       invocations: () => new Map(fleet.relays.get("hub")!.status().sinks.map((k) => [k.name.replace(/^hub\//, ""), k.delivered + k.rejected + k.gaveUp + k.retries])),
     };
@@ -195,7 +202,7 @@ export type ScaleResult = {
   simWritesPerJoin: number;
   windows: Window[];
   latency: { taint: number[]; untaint: number[] };
-  memory: Record<string, { rss: number; anon: number }>;
+  memory: Record<string, { rss: number; anon: number; heap?: number; external?: number }>;
 };
 
 async function measure(system: System, n: number): Promise<ScaleResult> {
@@ -207,6 +214,7 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
   let sim: Simulator | undefined;
   try {
     const token = await hubPlane.createBootstrapToken(["system:bootstrappers:managedcluster"]);
+    const harness = memoryOf(process.pid); // this process before ours' hub starts in it
     hub = await startHub(system, clusters, token.user);
     const apiserver = hubPlane.apiserver!.child.pid!;
     const etcd = clusters.etcd.child.pid!;
@@ -240,7 +248,10 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
         for (const name of names) await admin.patch(ManagedClusterResource, name, { spec: { leaseDurationSeconds: period } });
         sim.send({ renewSeconds: period });
       }
-      await pause(Math.min(period, 15) * 1_000); // past the change, renewals at their phases
+      // Settle: every spoke renews once at the new period (a first renewal after acceptance makes the hub
+      // write ClockSynced, which wakes the cluster's watchers), and what the bench's own patches woke dies
+      // down, so the window holds the steady state only.
+      await pause((period + SETTLE_S) * 1_000);
       await sim.report();
       const before = { invocations: hub.invocations?.() ?? new Map<string, number>(), hub: hub.cpuMs(), apiserver: cpuMsOf(apiserver), etcd: cpuMsOf(etcd), requests: await requestCounts(admin), at: performance.now() };
       const profile = system === "ours" && PROFILE && period === PERIODS[PERIODS.length - 1] ? await startProfile() : undefined;
@@ -260,7 +271,7 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
         seconds: (after.at - before.at) / 1_000,
       });
     }
-    const memory = { hub: hub.memory(), "kube-apiserver": memoryOf(apiserver), etcd: memoryOf(etcd), simulator: memoryOf(sim.pid) };
+    const memory = { harness, hub: hub.memory(), "kube-apiserver": memoryOf(apiserver), etcd: memoryOf(etcd), simulator: memoryOf(sim.pid) };
 
     // Event latency: Available=False → the unavailable taint, and back.
     const latency = { taint: [] as number[], untaint: [] as number[] };
@@ -349,6 +360,9 @@ function table(results: ScaleResult[]): Record<string, string> {
     row(`RSS ${proc === "hub" ? "hub controllers (ours: this bench process)" : proc}`, (r) => r.memory[proc]!.rss, mib);
   }
   row("RssAnon hub controllers", (r) => r.memory.hub!.anon, mib);
+  row("RSS of the bench process before ours' hub started in it", (r) => (r.system === "ours" ? r.memory.harness!.rss : undefined), mib);
+  row("JS heap used (ours)", (r) => (r.memory.hub!.heap === undefined ? undefined : r.memory.hub!.heap), mib);
+  row("external and array buffers (ours)", (r) => r.memory.hub!.external, mib);
   return rows;
 }
 
