@@ -134,8 +134,10 @@ class Simulator {
     });
   }
   async waitAll(timeoutMs: number): Promise<void> {
-    const timer = pause(timeoutMs).then(() => "timeout");
-    const why = await Promise.race([this.allJoined.then(() => "ok"), this.exited.then((c) => `exited ${c}`), timer]);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<string>((r) => (timer = setTimeout(() => r("timeout"), timeoutMs)));
+    const why = await Promise.race([this.allJoined.then(() => "ok"), this.exited.then((c) => `exited ${c}`), timeout]);
+    clearTimeout(timer);
     if (why !== "ok") throw new Error(`simulated spokes: ${this.joined.size} joined, then ${why}\n${this.stderr}`);
   }
   async stop(): Promise<void> {
