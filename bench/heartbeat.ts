@@ -13,7 +13,7 @@ import { SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault, HubKubeconfigSecretName } from "../shared/api/registration.ts";
 import { isTrue } from "../shared/conditions.ts";
-import { percentile, mib } from "./stats.ts";
+import { memoryOf, percentile, mib } from "./stats.ts";
 
 const CLUSTER = "bench";
 // HEARTBEAT_BENCH_SECONDS: a longer run, to see the figures settle.
@@ -46,11 +46,6 @@ async function until<T>(what: string, read: () => Promise<T | undefined>, timeou
 }
 
 type Proc = { rss: number; anon: number };
-function procStatus(pid: number): Proc {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
-  return { rss: kb("VmRSS"), anon: kb("RssAnon") };
-}
 
 type Stopped = { beats: number; renewals: number; cpuUs: number; rssBytes: number; steady?: { renewals: number; cpuUs: number } };
 
@@ -69,7 +64,7 @@ async function runSidecar(kubeconfigFile: string, entry: string, flags: string[]
     const samples: Proc[] = [];
     while (Date.now() - started < RUN_MS) {
       await pause(1_000);
-      samples.push(procStatus(child.pid!));
+      samples.push(memoryOf(child.pid!));
     }
     const health = await fetch(`http://127.0.0.1:${port}/healthz`).then(async (r) => `${r.status} ${await r.text()}`);
     const stat = readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.split(" ");

@@ -33,7 +33,7 @@ import { applyManifests } from "../shared/apply.ts";
 import { NamespaceResource } from "../shared/api/kube.ts";
 import { TaintKey, ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { setCondition } from "../shared/conditions.ts";
-import { percentile, ms, mib } from "./stats.ts";
+import { cpuMsOf, memoryOf, percentile, ms, mib } from "./stats.ts";
 
 type System = "ours" | "ocm";
 const WINDOW_S = Number(process.env.SCALE_WINDOW_SECONDS || 60);
@@ -60,17 +60,6 @@ async function startProfile(): Promise<(file: string) => Promise<void>> {
     writeFileSync(file, JSON.stringify(profile));
     session.disconnect();
   };
-}
-
-// CPU time of a process (utime + stime) from /proc, in ms; and its resident memory.
-function cpuMsOf(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-}
-function memoryOf(pid: number): { rss: number; anon: number } {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kb = (f: string) => Number(new RegExp(`${f}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
-  return { rss: kb("VmRSS"), anon: kb("RssAnon") };
 }
 
 // apiserver_request_total summed by verb.

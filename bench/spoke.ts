@@ -57,7 +57,7 @@ import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } f
 import { hubEndpoint, judgeHubSecret, type HubEndpoint, type Secret } from "../shared/hub-credentials.ts";
 import { isTrue } from "../shared/conditions.ts";
 import type { Condition } from "../shared/api/meta.ts";
-import { mib, ms, percentile } from "./stats.ts";
+import { cpuMsOf, memoryOf, mib, ms, percentile, startedAgoMs } from "./stats.ts";
 
 const COLD_RUNS = Math.max(1, Number(process.env.SPOKE_BENCH_COLD_RUNS || 5));
 const WARM_RUNS = Math.max(0, Number(process.env.SPOKE_BENCH_WARM_RUNS ?? 20));
@@ -67,7 +67,6 @@ const SETTLE_MS = Number(process.env.SPOKE_BENCH_SETTLE_SECONDS ?? 15) * 1_000;
 const JOIN_TIMEOUT_MS = 90_000;
 const POLL_MS = 10;
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
-const CLK_TCK = 100; // Linux's USER_HZ: /proc times are in 1/100 s
 const WARM_TARGET = { p50: 250, p95: 500 };
 // SPOKE_BENCH_OCM=0: our side only (no Go toolchain, or OCM's programs not built yet); no ratios.
 const WITH_OCM = process.env.SPOKE_BENCH_OCM !== "0";
@@ -86,25 +85,7 @@ async function until<T>(what: string, read: () => Promise<T | undefined> | T | u
   }
 }
 
-// ---- /proc
-
 type Mem = { rss: number; anon: number };
-function memOf(pid: number): Mem {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0) * 1024;
-  return { rss: kb("VmRSS"), anon: kb("RssAnon") };
-}
-// After the command's closing parenthesis: field 3 (state) is [0], utime (14) [11], stime (15) [12], starttime (22) [19].
-function statFields(pid: number): string[] {
-  const text = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return text.slice(text.lastIndexOf(") ") + 2).split(" ");
-}
-const cpuMsOf = (pid: number) => {
-  const f = statFields(pid);
-  return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
-};
-// How long ago (ms) the process started, from its start time in ticks since boot.
-const startedAgoMs = (pid: number) => Number(readFileSync("/proc/uptime", "utf8").split(" ")[0]) * 1000 - (Number(statFields(pid)[19]) * 1000) / CLK_TCK;
 
 // ---- logs and recordings
 
@@ -503,7 +484,7 @@ async function measureSteady(procs: Proc[], windowMs: number): Promise<{ figures
     await pause(1_000);
     for (const p of procs) {
       try {
-        samples.get(p.pid)!.push(memOf(p.pid));
+        samples.get(p.pid)!.push(memoryOf(p.pid));
       } catch {
         // exited: reported below
       }
