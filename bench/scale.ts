@@ -262,7 +262,8 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
         seconds: (after.at - before.at) / 1_000,
       });
     }
-    const memory = { harness, hub: hub.memory(), "kube-apiserver": memoryOf(apiserver), etcd: memoryOf(etcd), simulator: memoryOf(sim.pid) };
+    const kcm = hubPlane.controllerManager?.child.pid;
+    const memory = { harness, hub: hub.memory(), "kube-apiserver": memoryOf(apiserver), etcd: memoryOf(etcd), ...(kcm ? { "kube-controller-manager": memoryOf(kcm) } : {}), simulator: memoryOf(sim.pid) };
 
     // Event latency: Available=False → the unavailable taint, and back.
     const latency = { taint: [] as number[], untaint: [] as number[] };
@@ -347,8 +348,8 @@ function table(results: ScaleResult[]): Record<string, string> {
   row("event latency p50 (Available=False → taint)", (r) => percentile(r.latency.taint, 50), ms);
   row("event latency p99 (Available=False → taint)", (r) => percentile(r.latency.taint, 99), ms);
   row("event latency p50 (True → untaint)", (r) => percentile(r.latency.untaint, 50), ms);
-  for (const proc of ["hub", "kube-apiserver", "etcd", "simulator"]) {
-    row(`RSS ${proc === "hub" ? "hub controllers (ours: this bench process)" : proc}`, (r) => r.memory[proc]!.rss, mib);
+  for (const proc of ["hub", "kube-apiserver", "etcd", "kube-controller-manager", "simulator"]) {
+    row(`RSS ${proc === "hub" ? "hub controllers (ours: this bench process)" : proc}`, (r) => r.memory[proc]?.rss, mib);
   }
   row("RssAnon hub controllers", (r) => r.memory.hub!.anon, mib);
   row("RSS of the bench process before ours' hub started in it", (r) => (r.system === "ours" ? r.memory.harness!.rss : undefined), mib);
