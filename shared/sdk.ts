@@ -61,9 +61,10 @@ export type Definition<C> = {
   // The keys a resync tick wakes, when not every root object (a tick names the cluster it is for, if any).
   resync?: (io: Io<C>, tick: TickEvent) => KeysOrSkip | Promise<KeysOrSkip>;
   map?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>; // for watches without `keys`
-  // Whether a root object needs nothing from the function, judged from the object alone. One an event
-  // carries (Resource mode) or a resync tick lists wakes no reconcile when settled: every later change
-  // brings its own event, so a stale copy that looks settled skips nothing a newer one would not show.
+  // Whether a root object needs nothing from the function, judged from the object alone. One an add or
+  // update event carries (Resource mode), or a resync tick lists, wakes no reconcile when settled: every
+  // later change brings its own event, so a stale copy that looks settled skips nothing a newer one
+  // would not show.
   settled?: (object: KubeObject, io: Io<C>) => boolean;
   reconcile: (io: Io<C>, key: Key) => Promise<Outcome>;
 };
@@ -116,7 +117,8 @@ async function keysOf<C>(d: Definition<C>, event: FunctionEvent, io: Io<C>): Pro
   if (!(w.verbs ?? AllVerbs).includes(event.verb)) return { skip: `${event.ref.kind} is not watched for ${event.verb}` };
   if (w.keys) return w.keys(event, io);
   if (w.root) {
-    if (event.object && d.settled?.(event.object as KubeObject, io)) return { skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` };
+    // a deletion is never settled: what the object leaves behind may be the function's to clean up
+    if (event.verb !== "delete" && event.object && d.settled?.(event.object as KubeObject, io)) return { skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` };
     return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
   }
   if (d.map) return d.map(event, io);

@@ -57,6 +57,9 @@ describe("defineFunction's keys", () => {
     expect(await calm.spec.keys(withObject({ a: "b" }), io)).toEqual({ skip: expect.stringContaining("settled") });
     expect(await calm.spec.keys(withObject(), io)).toEqual([{ cluster: "hub", name: "c1" }]);
     expect(await calm.spec.keys(event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1"), io)).toEqual([{ cluster: "hub", name: "c1" }]);
+    // a deletion is never settled
+    const deleting = defineFunction({ ...calm.definition, watches: () => [{ cluster: "hub", resource: ManagedClusterResource, root: true }] });
+    expect(await deleting.spec.keys({ ...withObject({ a: "b" }), verb: "delete" }, io)).toEqual([{ cluster: "hub", name: "c1" }]);
   });
 
   it("skips a tick for a cluster it reconciles nothing on", async () => {

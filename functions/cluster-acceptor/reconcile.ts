@@ -74,9 +74,9 @@ export const spec = fn.spec;
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
 // one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting
-// auto-acceptance or a deny; an accepted one (its auto-acceptance mark waits for its next event) without its condition, finalizer, namespace or any RBAC
-// object as desired; and a gone one whose RBAC remains. The shared ClusterRoles, when drifted, wake one
-// accepted cluster, whose reconcile writes them.
+// auto-acceptance or a deny; an accepted one without its condition, finalizer, namespace or any RBAC
+// object as desired (its auto-acceptance mark waits for its next event); and a gone one whose RBAC
+// remains. The shared ClusterRoles, when drifted, wake one accepted cluster, whose reconcile writes them.
 async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
   const cluster = io.config.hubCluster;
   if (tick.cluster && tick.cluster !== cluster) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
