@@ -18,6 +18,7 @@ import {
   setHeaderOptions,
 } from "@kubernetes/client-node";
 import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { startApiserver, stopApiserver } from "../dev/control-plane/restart.ts";
 import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
 import { createCertificateRequest, generateKeyPair, privateKeyToPem } from "../shared/pki.ts";
 import { eventually } from "./support/eventually.ts";
@@ -227,5 +228,16 @@ setInterval(() => {}, 1000);`,
     expect(pids.every(alive)).toBe(true);
     child.kill("SIGKILL");
     await eventually(() => expect(pids.filter(alive)).toEqual([]), { timeoutMs: 15_000 });
+  });
+
+  it("stops an apiserver that was started again along with the rest", async () => {
+    const c = await startClusters({ names: ["again"], crds: false, controllers: false, log: () => {} });
+    const cluster = c.get("again");
+    await stopApiserver(cluster);
+    await startApiserver(cluster);
+    const restarted = cluster.apiserver!.child;
+    expect(restarted.exitCode).toBeNull();
+    await c.stop();
+    expect(restarted.exitCode !== null || restarted.signalCode !== null).toBe(true);
   });
 });

@@ -364,6 +364,8 @@ export async function startClusters(o: StartOptions): Promise<LocalClusters> {
   let clusters: LocalCluster[] = [];
   let etcd: Managed | undefined;
   const stop = async () => {
+    // An apiserver started again (restart.ts) is not among those started here: it goes first.
+    for (const c of clusters) if (c.apiserver && !started.includes(c.apiserver)) await stopProcess(c.apiserver);
     // Reverse start order: controller managers and apiservers before the etcd they use.
     for (const m of [...started].reverse()) await stopProcess(m);
     rmSync(runDir, { recursive: true, force: true });

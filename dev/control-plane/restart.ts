@@ -10,8 +10,7 @@ export async function stopApiserver(cluster: LocalCluster): Promise<void> {
 }
 
 // Starts it again with the arguments it was first started with, and waits for /readyz. The new process
-// is cluster.apiserver from then on; LocalClusters.stop() only knows the first one, so a caller that
-// restarted an apiserver stops it with stopApiserver() before stopping the clusters.
+// is cluster.apiserver from then on, and LocalClusters.stop() stops it with the rest.
 export async function startApiserver(cluster: LocalCluster, timeoutMs = 60_000): Promise<void> {
   const previous = cluster.apiserver;
   if (!previous) throw new Error(`${cluster.name} has no apiserver to start again`);
