@@ -190,7 +190,6 @@ export type ScaleResult = {
   joinWrites: number;
   joinReads: number;
   joinInvocations: Map<string, number>;
-  simWritesPerJoin: number;
   windows: Window[];
   latency: { taint: number[]; untaint: number[] };
   memory: Record<string, { rss: number; anon: number; heap?: number; external?: number }>;
@@ -291,7 +290,6 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
       joinWrites: joinCounts.writes,
       joinReads: joinCounts.reads,
       joinInvocations,
-      simWritesPerJoin: 3,
       windows,
       latency,
       memory,

@@ -35,7 +35,6 @@ export type SimOptions = {
   names: string[];
   leaseDurationSeconds: number;
   renewSeconds: number;
-  joinConcurrency?: number; // registrations in flight at once (default: all)
 };
 
 // Milliseconds from the spoke's start to each step.
@@ -94,11 +93,8 @@ export class SpokeSimulator {
     // The process exits on stop; these end with it.
     void follow(this.observer, CertificateSigningRequestResource, ClusterLabel.ClusterName, (o) => this.sawCsr(o as CertificateSigningRequest & KubeObject), isStopped);
     void follow(this.observer, ManagedClusterResource, undefined, (o) => this.sawCluster(o as ManagedCluster & KubeObject), isStopped);
-    const queue = [...this.o.names];
-    const worker = async () => {
-      for (let name = queue.shift(); name !== undefined && !this.stopped; name = queue.shift()) joined(name, await this.join(name));
-    };
-    await Promise.all(Array.from({ length: Math.min(queue.length, this.o.joinConcurrency ?? queue.length) }, worker));
+    // every spoke registers at once, as a fleet does after a hub outage
+    await Promise.all(this.o.names.map(async (name) => joined(name, await this.join(name))));
   }
 
   setRenewSeconds(seconds: number): void {
