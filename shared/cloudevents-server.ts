@@ -10,15 +10,21 @@
 //            called; a batch (application/cloudevents-batch+json) → 415; a body over the limit → 413;
 //            a handler that throws → 500 with its message.
 //   GET /health/readiness, GET /health/liveness   200 "OK" (readiness 503 once the server is closing)
+//   GET /metrics   the process's metrics in Prometheus text format (./metrics.ts, docs/metrics.md)
+// A connection is bounded in time and number (CONNECTION_LIMITS): slow headers or a slow body end it
+// (408 or closed), and past maxConnections a new one is closed unanswered.
 // Everything else is 404 (405 for / with another method than POST).
 //
 // Where this differs from faas-js-runtime 4.0.1, on purpose: a malformed event is a 400, not a 500
-// (a Broker would retry a 500 forever; nothing can make a malformed event well-formed); there is no
-// /metrics (prom-client alone would undo the saving, and nothing scrapes it); close() lets requests in
+// (a Broker would retry a 500 forever; nothing can make a malformed event well-formed); /metrics comes
+// from our own small registry, not prom-client (which alone would undo the saving), and names what a
+// controller-runtime controller names, not Node's process metrics; close() lets requests in
 // flight finish instead of exiting under them; the handler never sees a request that is not an event;
 // a CloudEvent returned by a handler is sent back as JSON, not as a reply event (none of ours does).
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { metricsAnswer, type Registry } from "./metrics.ts";
+import { after } from "./timers.ts";
 
 export type CloudEvent = { specversion: string; id: string; source: string; type: string; data?: unknown; [attribute: string]: unknown };
 // What a handler gets besides the event; our functions only need the event.
@@ -31,7 +37,9 @@ export type ServerOptions = {
   port?: number; // 0 (the default): any free port
   host?: string; // default: every interface, IPv6 and IPv4
   bodyLimit?: number; // bytes
+  limits?: Partial<ConnectionLimits>; // default CONNECTION_LIMITS
   onError?: (err: unknown) => void; // a handler that threw; default one line on stderr
+  metrics?: Registry; // what GET /metrics answers; default the process's registry
 };
 
 export type CloudEventServer = {
@@ -48,10 +56,30 @@ export const LIVENESS_PATH = "/health/liveness";
 // The API server's own limit on a request body (apiserver MaxRequestBodyBytes): any object it can
 // store fits in a Resource-mode event; faas-js-runtime's 1 MiB would refuse the largest ManifestWorks.
 export const DEFAULT_BODY_LIMIT = 3 * 1024 * 1024;
-// Idle keep-alive connections are kept as long as faas-js-runtime (fastify) kept them. With Node's 5 s
-// the server would close connections that the queue-proxy or relay may be about to reuse, and a POST
-// sent on a connection as it closes fails without being retried.
-const KEEP_ALIVE_MS = 72_000;
+// How long and how many connections a client may hold (issue 23). Node's own defaults let a client
+// that sends its headers a byte at a time hold a connection for up to 300 s (requestTimeout), and
+// there is no cap on connections. A CloudEvents delivery comes from the queue-proxy in the pod
+// (Knative; the activator sits in front of it) or from the relay (local mode, nothing in front):
+// headers arrive in one write, and the largest body (DEFAULT_BODY_LIMIT) in well under a second. So:
+// - headersMs: the headers, from the connection's start or the previous answer;
+// - requestMs: the whole request, body included (not the handler's answer: a reconcile may be slow);
+// - keepAliveMs: an idle kept-alive connection. Node announces it (Keep-Alive: timeout=15), which the
+//   relay's fetch honours by dropping the connection before the server does; the queue-proxy's Go
+//   transport retries a request on a connection the server closed while it was idle;
+// - maxConnections: past it, a new connection is closed at once (the source retries the delivery);
+// - checkMs: how often Node looks for connections past headersMs or requestMs (its default is 30 s,
+//   which would let a slow client stay that much longer).
+export type ConnectionLimits = { headersMs: number; requestMs: number; keepAliveMs: number; maxConnections: number; checkMs: number };
+export const CONNECTION_LIMITS: ConnectionLimits = { headersMs: 5_000, requestMs: 30_000, keepAliveMs: 15_000, maxConnections: 256, checkMs: 1_000 };
+
+// Node's http.Server with the limits set.
+export function boundedServer(limits: ConnectionLimits, listener: Parameters<typeof createServer>[1]): Server {
+  if (!(limits.headersMs <= limits.requestMs)) throw new Error(`headersMs (${limits.headersMs}) must not exceed requestMs (${limits.requestMs})`);
+  const server = createServer({ headersTimeout: limits.headersMs, requestTimeout: limits.requestMs, keepAliveTimeout: limits.keepAliveMs, connectionsCheckingInterval: limits.checkMs }, listener);
+  server.keepAliveTimeout = limits.keepAliveMs;
+  server.maxConnections = limits.maxConnections;
+  return server;
+}
 // The CloudEvents attribute naming rule (core spec: lower-case ASCII letters and digits).
 const ATTRIBUTE_NAME = /^[a-z0-9]+$/;
 // RFC 3339, as the spec's Timestamp type requires.
@@ -223,7 +251,7 @@ export async function startCloudEventServer(handler: EventHandler, o: ServerOpti
     }
   };
 
-  const server = createServer((req, res) => {
+  const server = boundedServer({ ...CONNECTION_LIMITS, ...o.limits }, (req, res) => {
     const path = req.url!.split("?")[0];
     if (path === "/") {
       if (req.method === "POST") return void onEvent(req, res);
@@ -233,9 +261,10 @@ export async function startCloudEventServer(handler: EventHandler, o: ServerOpti
     if ((path === READINESS_PATH || path === LIVENESS_PATH) && (req.method === "GET" || req.method === "HEAD")) {
       return send(res, path === READINESS_PATH && closing ? text(503, "closing") : text(200, "OK"));
     }
+    const scrape = metricsAnswer(req.method, path!, o.metrics);
+    if (scrape) return send(res, scrape);
     send(res, text(404, "not found"));
   });
-  server.keepAliveTimeout = KEEP_ALIVE_MS;
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -251,7 +280,7 @@ export async function startCloudEventServer(handler: EventHandler, o: ServerOpti
     // the connections with a request in flight have had their answers and closed too.
     closing ??= new Promise<void>((resolve) => server.close(() => resolve()));
     if (Number.isFinite(graceMs)) {
-      const cut = setTimeout(() => server.closeAllConnections(), graceMs);
+      const cut = after(graceMs, () => server.closeAllConnections());
       void closing.then(() => clearTimeout(cut));
     }
     return closing;

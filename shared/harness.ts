@@ -1,9 +1,27 @@
 // Turns a reconcile into a Knative function: parse the CloudEvent (zod), map it to keys of the root
 // kind, reconcile each key by level, and answer with a status that makes the source retry or not.
+//
+// Failures (docs/writing-functions.md, "Failures"): each one is classified and decided once, by
+// shared/kube/errors.ts's decisionOf, and logged once per delivery with its decision. A reconcile
+// that fails several ways at once throws an AggregateError; every member is decided and logged.
+//   retry       429, 5xx, unreachable, 409 conflict, 404/AlreadyExists mid-reconcile, 401   -> 503
+//   permission  a 403 from the authorizer (RBAC), named with user, verb and resource         -> 500
+//   error       anything the classifier does not know                                        -> 500
+//   terminal    400/422, an admission denial (a ValidatingAdmissionPolicy, a webhook, a
+//               namespace being terminated), logged with the denial's message               -> 422
+// The answer to a delivery, whatever the number of keys and failures: the highest of
+// retry > permission > error > terminal > success (204). A retry redoes every key by level, so it
+// costs the others nothing; a permission missing or an unexpected error is still worth the source's
+// bounded retries (a grant may arrive, a bug be fixed); a terminal failure alone must not be retried,
+// and 422 is retried by neither Knative's Brokers nor the ApiServerSource adapter nor our relay.
+// Every log line of a delivery carries { ce: the CloudEvent id, fn: the function, key } (key once
+// there is one).
 import type { Clock } from "./clock.ts";
 import { parseEvent, type FunctionEvent, type TickEvent } from "./events.ts";
-import { classifyError } from "./kube/errors.ts";
+import { classifyError, decisionOf, missingPermission, type Decision, type MissingPermission } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
+import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
+import { sleep } from "./timers.ts";
 
 export type Key = { cluster: string; namespace?: string; name: string };
 export type Outcome = { done: true } | { recheckInMs: number };
@@ -23,18 +41,46 @@ export type Io<Config = unknown> = {
   config: Config;
 };
 
+// Why an event woke nothing, as a bounded set (the metric's label; the reason itself goes to the log):
+// not-watched, verb (watched, not for this change), settled, unmapped (watched, no keys from it),
+// no-roots (a tick for a cluster where nothing is reconciled), function (the function's own keys said
+// so: the default). The harness adds malformed, no-keys and sweep-joined.
+export const SkipClasses = ["not-watched", "verb", "settled", "unmapped", "no-roots", "function", "malformed", "no-keys", "sweep-joined"] as const;
+export type SkipClass = (typeof SkipClasses)[number];
+export type Skip = { skip: string };
+// The class rides beside the skip, not in it, so a skip still reads { skip: reason } wherever it is
+// compared or logged.
+const classOfSkip = new WeakMap<Skip, SkipClass>();
+export function classified(skip: Skip, reason: SkipClass): Skip {
+  classOfSkip.set(skip, reason);
+  return skip;
+}
+export const skipClass = (skip: Skip): SkipClass => classOfSkip.get(skip) ?? "function";
+
 export type FunctionSpec<Config> = {
   name: string;
   // Map an event to keys of the root kind. An empty list means "not ours"; give the reason.
-  keys(event: FunctionEvent, io: Io<Config>): Promise<Key[] | { skip: string }> | Key[] | { skip: string };
+  keys(event: FunctionEvent, io: Io<Config>): Promise<Key[] | Skip> | Key[] | Skip;
   reconcile(io: Io<Config>, key: Key): Promise<Outcome>;
 };
 
 export type Reply = { statusCode: number; body?: string; headers?: Record<string, string> };
 
+// What the harness counts (docs/metrics.md), under controller-runtime's names where it has one; the
+// controller label is the function's name.
+const reconcileTotal = metrics.counter("controller_runtime_reconcile_total", "Total number of reconciliations per controller", ["controller", "result"]);
+const reconcileErrors = metrics.counter("controller_runtime_reconcile_errors_total", "Total number of reconciliation errors per controller", ["controller"]);
+const reconcileTime = metrics.histogram("controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller", ["controller"], RECONCILE_TIME_BUCKETS);
+const activeWorkers = metrics.gauge("controller_runtime_active_workers", "Number of reconciles running now per controller (keys in flight)", ["controller"]);
+const queueDepth = metrics.gauge("workqueue_depth", "Keys waiting for their turn: an earlier reconcile of the same key still runs", ["name"]);
+const eventsReceived = metrics.counter("ocmf_events_received_total", "CloudEvents received per function, by type (object, tick, malformed)", ["controller", "type"]);
+const eventsSkipped = metrics.counter("ocmf_events_skipped_total", "CloudEvents that woke no reconcile, by reason class", ["controller", "reason"]);
+const failures = metrics.counter("ocmf_errors_total", "Failures per function by stage (keys, reconcile) and class (rbac-defect, denied, conflict, transient, not-found, already-exists, unauthorized, invalid, unknown)", ["controller", "stage", "class"]);
+
 const CONFLICT_RETRIES = 3;
 // Permissions granted by another reconciler (acceptance, rotation) reach the authorizer a moment after
-// the event that needs them: a refused call is tried again a few times at once, then it is a defect.
+// the event that needs them: a call the authorizer refused (never one admission denied) is tried again
+// a few times at once, then it is a permission missing.
 const FORBIDDEN_RETRY_DELAYS_MS = [200, 500];
 // A recheck further away than this is left to the periodic resync (and timers cannot hold days).
 export const MAX_RECHECK_MS = 3_600_000;
@@ -46,45 +92,66 @@ export function jsonLog(fn: string, out?: "quiet" | ((line: string) => void)): L
   return { info: write("info"), warn: write("warn"), error: write("error") };
 }
 
-// A call still refused after the retries: the identity lacks a permission (our RBAC, or the hub's
-// grant to the cluster), named as the API server named it.
-export class RbacDefect extends Error {
-  readonly missing: { user?: string; verb?: string; resource?: string; group?: string; namespace?: string };
-  constructor(cause: unknown) {
-    const message = cause instanceof Error ? cause.message : String(cause);
-    const m = /User "([^"]*)" cannot (\S+) resource "([^"]*)" in API group "([^"]*)"(?: in the namespace "([^"]*)")?/.exec(message);
-    const missing: RbacDefect["missing"] = m ? { user: m[1], verb: m[2], resource: m[3], group: m[4], ...(m[5] ? { namespace: m[5] } : {}) } : {};
-    const what = m ? `${missing.user} may not ${missing.verb} ${missing.resource}${missing.group ? `.${missing.group}` : ""}${missing.namespace ? ` in ${missing.namespace}` : ""}` : message;
-    super(`RBAC defect: ${what}`, { cause });
-    this.name = "RbacDefect";
-    this.missing = missing;
-  }
+// A logger whose every line carries `bound` (the delivery's CloudEvent id, function, key); a line's own
+// fields cannot hide them.
+export function withFields(log: Log, bound: object): Log {
+  return {
+    info: (fields, msg) => log.info({ ...fields, ...bound }, msg),
+    warn: (fields, msg) => log.warn({ ...fields, ...bound }, msg),
+    error: (fields, msg) => log.error({ ...fields, ...bound }, msg),
+  };
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+// One failure, classified and decided once (shared/kube/errors.ts).
+export type Failure = { error: unknown; message: string; class: string; decision: Decision; missing?: MissingPermission };
 
-// Runs one reconcile, retrying write conflicts a few times at once (the next read sees the new version)
-// and a refused call a few times after a short wait; a call refused every time is an RbacDefect.
+function judged(error: unknown): Failure {
+  const message = error instanceof Error ? error.message : String(error);
+  const decision = decisionOf(error);
+  if (decision !== "permission") return { error, message, class: classifyError(error), decision };
+  const missing = missingPermission(error);
+  const what = missing.verb ? `${missing.user} may not ${missing.verb} ${missing.resource}${missing.group ? `.${missing.group}` : ""}${missing.namespace ? ` in ${missing.namespace}` : ""}` : message;
+  return { error, message: `permission missing: ${what}`, class: "rbac-defect", decision, missing };
+}
+
+// The failures one throw stands for: an AggregateError (several writes of one reconcile failed) is all
+// of its members.
+function membersOf(err: unknown): unknown[] {
+  return err instanceof AggregateError ? err.errors.flatMap(membersOf) : [err];
+}
+
+type Result = { outcome: Outcome } | { failures: Failure[] };
+
+// One reconcile as the runtime runs it (tests drive it too): the outcome, or the failure as thrown.
 export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Outcome> {
+  const result = await attemptKey(spec, io, key);
+  if ("outcome" in result) return result.outcome;
+  const errors = result.failures.map((f) => f.error);
+  throw errors.length === 1 ? errors[0] : new AggregateError(errors, result.failures.map((f) => f.message).join("; "));
+}
+
+// Runs one reconcile. Only two failures are tried again here, at once: a write conflict (the next read
+// sees the new version), and the authorizer's refusal, after a short wait for a grant on its way;
+// anything else is decided at its first throw.
+async function attemptKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Result> {
   let conflicts = 0;
   let refusals = 0;
   for (;;) {
     try {
-      return await spec.reconcile(io, key);
+      return { outcome: await spec.reconcile(io, key) };
     } catch (err) {
-      const kind = classifyError(err);
-      if (kind === "conflict" && ++conflicts < CONFLICT_RETRIES) {
-        io.log.info({ key, attempt: conflicts }, "conflict: re-reading and trying again");
+      const failures = membersOf(err).map(judged);
+      if (failures.every((f) => f.class === "conflict") && ++conflicts < CONFLICT_RETRIES) {
+        io.log.info({ attempt: conflicts }, "conflict: re-reading and trying again");
         continue;
       }
-      if (kind === "forbidden") {
-        const wait = FORBIDDEN_RETRY_DELAYS_MS[refusals++];
-        if (wait === undefined) throw new RbacDefect(err);
-        io.log.info({ key, attempt: refusals, waitMs: wait }, "forbidden: waiting for the permission to arrive");
+      if (failures.every((f) => f.decision === "permission" || f.class === "conflict") && refusals < FORBIDDEN_RETRY_DELAYS_MS.length) {
+        const wait = FORBIDDEN_RETRY_DELAYS_MS[refusals++]!;
+        io.log.info({ attempt: refusals, waitMs: wait }, "forbidden: waiting for the permission to arrive");
         await sleep(wait);
         continue;
       }
-      throw err;
+      return { failures };
     }
   }
 }
@@ -93,20 +160,36 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
 // the events that arrive while it runs fold into a single run after it (which reads what they changed).
 // Concurrent runs of one key would read the same state and write over each other: conflicts at best,
 // a rollout's wave assigned twice at worst. Replicas of a function are kept apart by resourceVersions.
-type Turn = { last: Promise<Outcome>; waiting?: Promise<Outcome> };
+type Turn = { last: Promise<Result>; waiting?: Promise<Result> };
 const turnsByIo = new WeakMap<object, Map<string, Turn>>();
 
-function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Outcome> {
+// `io` names the process's queue; the run logs through `keyIo` (the delivery that began it).
+function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, keyIo: Io<C>, key: Key): Promise<Result> {
   let turns = turnsByIo.get(io);
   if (!turns) turnsByIo.set(io, (turns = new Map()));
   const id = JSON.stringify([spec.name, key.cluster, key.namespace ?? "", key.name]);
   const turn = turns.get(id);
   if (turn?.waiting) return turn.waiting; // not begun yet: it will read this event's state too
-  const begin = () => {
+  const controller = [spec.name];
+  queueDepth.add(controller, 1);
+  const begin = async () => {
     if (entry.waiting === run) entry.waiting = undefined;
-    return reconcileKey(spec, io, key);
+    queueDepth.add(controller, -1);
+    activeWorkers.add(controller, 1);
+    const started = performance.now();
+    try {
+      const result = await attemptKey(spec, keyIo, key);
+      if ("failures" in result) {
+        reconcileTotal.inc([spec.name, "error"]);
+        reconcileErrors.inc(controller);
+      } else reconcileTotal.inc([spec.name, "recheckInMs" in result.outcome ? "requeue_after" : "success"]);
+      return result;
+    } finally {
+      reconcileTime.observe(controller, (performance.now() - started) / 1000);
+      activeWorkers.add(controller, -1);
+    }
   };
-  const run: Promise<Outcome> = turn ? turn.last.then(begin, begin) : Promise.resolve().then(begin);
+  const run: Promise<Result> = turn ? turn.last.then(begin, begin) : Promise.resolve().then(begin);
   const entry: Turn = turn ?? { last: run };
   entry.last = run;
   entry.waiting = run;
@@ -118,28 +201,33 @@ function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise
   return run;
 }
 
-// Which HTTP status a failure becomes. Never the Kubernetes code itself: a leaked 404 or 409 would
-// be misread by the ApiServerSource adapter and by Brokers. An RBAC defect is a 500: the source's
-// bounded retries may still find the permission granted, and the log names what is missing.
-function replyFor(err: unknown): Reply {
-  const message = err instanceof Error ? err.message : String(err);
-  if (err instanceof RbacDefect) return { statusCode: 500, body: message };
-  switch (classifyError(err)) {
-    case "conflict":
-    case "transient":
-    case "not-found": // something vanished mid-reconcile: the retry will read the new state
-    case "already-exists":
-    case "unauthorized": // a credential being rotated
-      return { statusCode: 503, body: `retry: ${message}` };
-    default:
-      return { statusCode: 500, body: message };
-  }
+// Which HTTP status a decision becomes. Never the Kubernetes code itself: a leaked 404 or 409 would
+// be misread by the ApiServerSource adapter and by Brokers (docs/relay.md, "Retried").
+const answers: Record<Decision, { rank: number; statusCode: number; prefix: string }> = {
+  retry: { rank: 4, statusCode: 503, prefix: "retry" },
+  permission: { rank: 3, statusCode: 500, prefix: "permission" },
+  error: { rank: 2, statusCode: 500, prefix: "error" },
+  terminal: { rank: 1, statusCode: 422, prefix: "terminal" },
+};
+
+// The one answer to a delivery with failures: the first failure of the highest-ranked decision.
+function replyFor(all: readonly Failure[]): Reply {
+  let first = all[0]!;
+  for (const f of all) if (answers[f.decision].rank > answers[first.decision].rank) first = f;
+  const answer = answers[first.decision];
+  const body = first.decision === "permission" ? first.message : `${answer.prefix}: ${first.message}`;
+  return { statusCode: answer.statusCode, body };
 }
 
-function logFailure(io: Io<unknown>, err: unknown, reply: Reply, key?: Key): void {
-  const error = err instanceof Error ? err.message : String(err);
-  if (err instanceof RbacDefect) io.log.error({ key, error, missing: err.missing, status: reply.statusCode }, "RBAC defect: a permission is missing");
-  else io.log[reply.statusCode === 500 ? "error" : "warn"]({ key, error, status: reply.statusCode }, "reconcile failed");
+// Each failure on its own line, with what the runtime decided about it.
+function logFailures(log: Log, stage: "keys" | "reconcile", all: readonly Failure[]): void {
+  for (const f of all) {
+    const fields = { stage, decision: f.decision, class: f.class, error: f.message, status: answers[f.decision].statusCode };
+    if (f.decision === "permission") log.error({ ...fields, missing: f.missing }, "permission missing: the identity may not make a call it needs");
+    else if (f.decision === "terminal") log.warn(fields, "failed for good: the request is refused as it stands; no retry");
+    else if (f.decision === "error") log.error(fields, "failed: an unexpected error");
+    else log.warn(fields, "failed: the event is to be delivered again");
+  }
 }
 
 // A resync tick that comes while the sweep of an earlier one still runs (a source that gave up waiting
@@ -147,7 +235,7 @@ function logFailure(io: Io<unknown>, err: unknown, reply: Reply, key?: Key): voi
 // sweeps never overlap, and a slow one is not multiplied by its own re-sends.
 const sweepsByIo = new WeakMap<object, WeakMap<object, Map<string, Promise<Reply>>>>();
 
-function sweepOnce<C>(spec: FunctionSpec<C>, io: Io<C>, tick: TickEvent): Promise<Reply> {
+function sweepOnce<C>(spec: FunctionSpec<C>, io: Io<C>, tick: TickEvent, ce: string): Promise<Reply> {
   let bySpec = sweepsByIo.get(io);
   if (!bySpec) sweepsByIo.set(io, (bySpec = new WeakMap()));
   let sweeps = bySpec.get(spec);
@@ -155,52 +243,67 @@ function sweepOnce<C>(spec: FunctionSpec<C>, io: Io<C>, tick: TickEvent): Promis
   const id = tick.cluster ?? "";
   const running = sweeps.get(id);
   if (running) {
-    io.log.info({ cluster: tick.cluster }, "tick: joined the sweep already running");
+    eventsSkipped.inc([spec.name, "sweep-joined"]);
+    withFields(io.log, { ce, fn: spec.name }).info({ cluster: tick.cluster }, "tick: joined the sweep already running");
     return running;
   }
-  const sweep = handleParsed(spec, io, tick).finally(() => sweeps!.delete(id));
+  const sweep = handleParsed(spec, io, tick, ce).finally(() => sweeps!.delete(id));
   sweeps.set(id, sweep);
   return sweep;
 }
 
 export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudevent: Record<string, unknown> | undefined): Promise<Reply> {
   const parsed = parseEvent(cloudevent);
+  eventsReceived.inc([spec.name, parsed.ok ? (parsed.event.type === "tick" ? "tick" : "object") : "malformed"]);
+  // A valid event has a non-empty string id; a malformed one's is logged only if it is a string.
+  const ce = typeof cloudevent?.id === "string" ? cloudevent.id : undefined;
   if (!parsed.ok) {
-    io.log.warn({ reason: parsed.reason }, "rejected: malformed event");
+    eventsSkipped.inc([spec.name, "malformed"]);
+    withFields(io.log, { ce, fn: spec.name }).warn({ reason: parsed.reason }, "rejected: malformed event");
     return { statusCode: 400, body: parsed.reason };
   }
-  return parsed.event.type === "tick" ? sweepOnce(spec, io, parsed.event) : handleParsed(spec, io, parsed.event);
+  return parsed.event.type === "tick" ? sweepOnce(spec, io, parsed.event, ce!) : handleParsed(spec, io, parsed.event, ce!);
 }
 
-async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: FunctionEvent): Promise<Reply> {
-  let keys: Key[] | { skip: string };
+// `io` is the process's (its identity names the key queues and sweeps); the delivery's own logs go
+// through copies whose logger carries the CloudEvent id, the function and the key.
+async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: FunctionEvent, ce: string): Promise<Reply> {
+  const bound = { ce, fn: spec.name };
+  const deliveryIo: Io<C> = { ...io, log: withFields(io.log, bound) };
+  let keys: Key[] | Skip;
   try {
-    keys = await spec.keys(event, io);
+    keys = await spec.keys(event, deliveryIo);
   } catch (err) {
-    const reply = replyFor(err);
-    logFailure(io, err, reply);
-    return reply;
+    const all = membersOf(err).map(judged);
+    for (const c of new Set(all.map((f) => f.class))) failures.inc([spec.name, "keys", c]);
+    logFailures(deliveryIo.log, "keys", all);
+    return replyFor(all);
   }
   if (!Array.isArray(keys)) {
-    io.log.info({ reason: keys.skip }, "skipped");
+    const reason = skipClass(keys);
+    eventsSkipped.inc([spec.name, reason]);
+    deliveryIo.log.info({ reason: keys.skip, class: reason }, "skipped");
     return { statusCode: 204 };
   }
+  if (keys.length === 0) eventsSkipped.inc([spec.name, "no-keys"]);
   // Every key is settled: one that always fails must not starve the others of a resync.
   let recheckInMs: number | undefined;
-  const replies: Reply[] = [];
+  const failed: Failure[] = [];
   for (const key of keys) {
-    try {
-      const outcome = await reconcileInTurn(spec, io, key);
-      if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
-    } catch (err) {
-      const reply = replyFor(err);
-      logFailure(io, err, reply, key);
-      replies.push(reply);
+    const keyIo: Io<C> = { ...io, log: withFields(io.log, { ...bound, key }) };
+    const result = await reconcileInTurn(spec, io, keyIo, key);
+    if ("failures" in result) {
+      for (const c of new Set(result.failures.map((f) => f.class))) failures.inc([spec.name, "reconcile", c]);
+      logFailures(keyIo.log, "reconcile", result.failures);
+      failed.push(...result.failures);
+      continue;
     }
+    const { outcome } = result;
+    if ("recheckInMs" in outcome && outcome.recheckInMs <= MAX_RECHECK_MS) recheckInMs = Math.min(recheckInMs ?? Infinity, outcome.recheckInMs);
   }
-  // Then one answer for all: a retry (503) if any key needs one, since the retry reconciles every key;
-  // else the first failure; else done, with the soonest recheck (read by relays; a Broker drops it).
-  if (replies.length) return replies.find((r) => r.statusCode === 503) ?? replies[0]!;
+  // Then one answer for all, by the rule in this file's header; done, with the soonest recheck (read
+  // by relays; a Broker drops it), only when no key failed.
+  if (failed.length) return replyFor(failed);
   return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };
 }
 
@@ -209,7 +312,14 @@ export function serve<C>(spec: FunctionSpec<C>, makeIo: () => Io<C>): (context: 
   let io: Io<C> | undefined;
   return async (_context, cloudevent) => {
     io ??= makeIo();
-    return handleEvent(spec, io, cloudevent as Record<string, unknown> | undefined);
+    return labelled(await handleEvent(spec, io, cloudevent as Record<string, unknown> | undefined));
   };
+}
+
+// A reply's body is a plain-text reason, and says so: faas-js-runtime labels a body without a
+// Content-Type as JSON, so without this the same 400 would be text from our server and "JSON" from it.
+function labelled(reply: Reply): Reply {
+  if (reply.body === undefined || reply.headers?.["content-type"] !== undefined) return reply;
+  return { ...reply, headers: { ...reply.headers, "content-type": "text/plain; charset=utf-8" } };
 }
 

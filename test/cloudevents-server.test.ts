@@ -2,14 +2,18 @@
 // binary and structured events reach the handler, malformed ones are a 400 with the reason and never
 // reach it, the handler's status, headers and body go back as given (the relay reads
 // x-recheck-after-ms), a throw is a 500, the health paths answer, bodies past the limit are a 413,
-// and a function's process (shared/serve-main.ts) answers the event in flight before it exits on SIGTERM.
+// a function's process (shared/serve-main.ts) answers the event in flight before it exits on SIGTERM,
+// and slow or surplus clients are cut off (this server and the heartbeat's health endpoint).
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
 import { request } from "node:http";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startCloudEventServer, type CloudEvent, type CloudEventServer } from "../shared/cloudevents-server.ts";
+import { connect } from "node:net";
+import { CONNECTION_LIMITS, DEFAULT_BODY_LIMIT, startCloudEventServer, type CloudEvent, type CloudEventServer } from "../shared/cloudevents-server.ts";
+import { HEALTH_LIMITS, serveHealth } from "../components/heartbeat/health.ts";
+import { METRICS_LIMITS } from "../shared/metrics-endpoint.ts";
 import { serve, type FunctionSpec } from "../shared/harness.ts";
 import { freePort } from "../dev/control-plane/clusters.ts";
 import { testIo, tickEvent } from "./support/functions.ts";
@@ -153,12 +157,15 @@ describe("the handler's answer", () => {
 });
 
 describe("other paths", () => {
-  it("answers the health probes with OK, an unknown path with 404 and GET / with 405", async () => {
+  it("answers the health probes with OK, /metrics with the Prometheus text format, an unknown path with 404 and GET / with 405", async () => {
     for (const path of ["health/readiness", "health/liveness"]) {
       const res = await fetch(`${server.url}${path}`);
       expect([res.status, await res.text()]).toEqual([200, "OK"]);
     }
-    expect((await fetch(`${server.url}metrics`)).status).toBe(404);
+    expect((await fetch(`${server.url}nothing-here`)).status).toBe(404);
+    const metrics = await fetch(`${server.url}metrics`);
+    expect([metrics.status, metrics.headers.get("content-type")]).toEqual([200, "text/plain; version=0.0.4; charset=utf-8"]);
+    expect(await metrics.text()).toContain("# TYPE rest_client_requests_total counter\n");
     expect((await fetch(server.url)).status).toBe(405);
     expect(received).toEqual([]);
   });
@@ -170,7 +177,8 @@ describe("a function's process on SIGTERM", () => {
   afterAll(() => rmSync(work, { recursive: true, force: true }));
 
   it("stops taking connections, answers the event in flight, then exits 0", async () => {
-    // serve-main as a bundle's entry calls it, around a handler that takes 700 ms.
+    // serve-main as a bundle's entry calls it, around a handler that takes 3 s: long enough that the
+    // listener is seen closed while the event is still in flight, on a loaded machine too.
     const main = join(work, "main.ts");
     writeFileSync(
       main,
@@ -178,7 +186,7 @@ describe("a function's process on SIGTERM", () => {
         `import { serveFunction } from ${JSON.stringify(join(root, "shared/serve-main.ts"))};`,
         "const handle = async () => {",
         '  process.stdout.write("handling\\n");',
-        "  await new Promise((r) => setTimeout(r, 700));",
+        "  await new Promise((r) => setTimeout(r, 3000));",
         '  return { statusCode: 204, headers: { "x-recheck-after-ms": "42" } };',
         "};",
         'await serveFunction("slow", async () => ({ handle }));',
@@ -206,4 +214,126 @@ describe("a function's process on SIGTERM", () => {
       if (child.exitCode === null) child.kill("SIGKILL");
     }
   });
+});
+
+// issue 23: a slow client holds a connection only so long, and only so many connections are held.
+// Raw sockets on loopback, a handful at a time, each for a bounded time.
+type SlowClient = { endedAfterMs: Promise<number>; answer: () => string; stop(): void };
+// Opens a connection and sends `first`, then one byte of `drip` every stepMs until the server ends the
+// connection or the bytes run out; endedAfterMs is when the server ended it, counted from the connect.
+function slowClient(port: number, first: string, drip: string, stepMs: number): SlowClient {
+  const socket = connect(port, "127.0.0.1");
+  const started = Date.now();
+  let answer = "";
+  let i = 0;
+  const timer = setInterval(() => (i < drip.length && socket.writable ? socket.write(drip[i++]!) : undefined), stepMs);
+  socket.on("connect", () => socket.write(first));
+  socket.on("data", (d) => (answer += d.toString()));
+  socket.on("error", () => {});
+  const endedAfterMs = new Promise<number>((resolve) =>
+    socket.on("close", () => {
+      clearInterval(timer);
+      resolve(Date.now() - started);
+    }),
+  );
+  return { endedAfterMs, answer: () => answer, stop: () => (clearInterval(timer), socket.destroy()) };
+}
+const header = (n: number) => `x-pad: ${"a".repeat(n)}\r\n`;
+const withinMs = (ms: number, what: Promise<number>) => Promise.race([what, new Promise<number>((r) => setTimeout(() => r(Infinity), ms))]);
+
+describe("slow and surplus clients (issue 23)", () => {
+  it("every server we ship bounds headers, whole requests, idle keep-alives and connections to small values", () => {
+    for (const l of [CONNECTION_LIMITS, HEALTH_LIMITS, METRICS_LIMITS]) {
+      expect(l.headersMs).toBeLessThanOrEqual(5_000);
+      expect(l.requestMs).toBeLessThanOrEqual(30_000);
+      expect(l.keepAliveMs).toBeLessThanOrEqual(15_000);
+      expect(l.maxConnections).toBeLessThanOrEqual(256);
+      expect(l.checkMs).toBeLessThanOrEqual(1_000);
+    }
+    expect(server.server.headersTimeout).toBe(CONNECTION_LIMITS.headersMs);
+    expect(server.server.requestTimeout).toBe(CONNECTION_LIMITS.requestMs);
+    expect(server.server.keepAliveTimeout).toBe(CONNECTION_LIMITS.keepAliveMs);
+    expect(server.server.maxConnections).toBe(CONNECTION_LIMITS.maxConnections);
+    expect(DEFAULT_BODY_LIMIT).toBe(3 * 1024 * 1024);
+  });
+
+  it("cuts off clients sending their headers a byte at a time once headersMs has passed, while a normal delivery is answered", async () => {
+    const slow = Array.from({ length: 4 }, () => slowClient(server.port, "POST / HTTP/1.1\r\nhost: x\r\n", header(400), 100));
+    try {
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect((await post({ ...binaryHeaders, "content-type": "application/json" }, "{}")).status).toBe(204);
+      const ended = await Promise.all(slow.map((c) => withinMs(CONNECTION_LIMITS.headersMs + 3 * CONNECTION_LIMITS.checkMs, c.endedAfterMs)));
+      for (const ms of ended) expect(ms).toBeGreaterThanOrEqual(CONNECTION_LIMITS.headersMs - 100);
+      for (const ms of ended) expect(ms).toBeLessThan(CONNECTION_LIMITS.headersMs + 3 * CONNECTION_LIMITS.checkMs);
+      for (const c of slow) expect(c.answer()).toMatch(/^HTTP\/1\.1 408/);
+      expect(received).toHaveLength(1);
+    } finally {
+      for (const c of slow) c.stop();
+    }
+  }, 20_000);
+
+  it("cuts off a client sending its body a byte at a time once requestMs has passed, and never calls the handler", async () => {
+    const limits = { headersMs: 1_000, requestMs: 2_000 };
+    const own = await startCloudEventServer(() => received.push({} as CloudEvent), { limits });
+    const head = ["POST / HTTP/1.1", "host: x", "content-type: application/json", "content-length: 1000", ...Object.entries(binaryHeaders).map(([k, v]) => `${k}: ${v}`)].join("\r\n");
+    const c = slowClient(own.port, `${head}\r\n\r\n`, `{"pad":"${"a".repeat(990)}"}`, 100);
+    try {
+      const ms = await withinMs(limits.requestMs + 3 * CONNECTION_LIMITS.checkMs, c.endedAfterMs);
+      expect(ms).toBeGreaterThanOrEqual(limits.requestMs - 100);
+      expect(ms).toBeLessThan(limits.requestMs + 3 * CONNECTION_LIMITS.checkMs);
+      expect(c.answer()).toMatch(/^HTTP\/1\.1 408/);
+      expect(received).toEqual([]);
+    } finally {
+      c.stop();
+      await own.close(0);
+    }
+  }, 15_000);
+
+  it("closes connections past maxConnections unanswered, and serves again once they are gone", async () => {
+    const own = await startCloudEventServer(() => undefined, { limits: { maxConnections: 3 } });
+    const held = Array.from({ length: 3 }, () => slowClient(own.port, "POST / HTTP/1.1\r\n", header(200), 200));
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      const surplus = slowClient(own.port, "GET /health/liveness HTTP/1.1\r\nhost: x\r\n\r\n", "", 100);
+      expect(await withinMs(2_000, surplus.endedAfterMs)).toBeLessThan(2_000);
+      expect(surplus.answer()).toBe("");
+      for (const c of held) c.stop();
+      await eventually(async () => expect((await fetch(`${own.url}health/liveness`)).status).toBe(200));
+    } finally {
+      for (const c of held) c.stop();
+      await own.close(0);
+    }
+  }, 15_000);
+
+  it("refuses a body over the CloudEvent limit with 413 before reading it, at the default limit", async () => {
+    const own = await startCloudEventServer(() => received.push({} as CloudEvent));
+    try {
+      const res = await new Promise<number>((resolve, reject) => {
+        const req = request(own.url, { method: "POST", headers: { ...binaryHeaders, "content-type": "application/json", "content-length": String(DEFAULT_BODY_LIMIT + 1) } }, (r) => {
+          r.resume();
+          resolve(r.statusCode!);
+        });
+        req.on("error", reject);
+        req.write("{");
+      });
+      expect(res).toBe(413);
+      expect(received).toEqual([]);
+    } finally {
+      await own.close(0);
+    }
+  });
+
+  it("the heartbeat's health endpoint cuts off a slow client too and keeps answering probes", async () => {
+    const health = await serveHealth({ port: 0, limits: { headersMs: 1_000, requestMs: 2_000 } }, () => ({ ok: true }));
+    const port = Number(new URL(health.url).port);
+    const slow = Array.from({ length: 3 }, () => slowClient(port, "GET /healthz HTTP/1.1\r\n", header(200), 100));
+    try {
+      expect((await fetch(`${health.url}/healthz`)).status).toBe(200);
+      for (const ms of await Promise.all(slow.map((c) => withinMs(1_000 + 3 * HEALTH_LIMITS.checkMs, c.endedAfterMs)))) expect(ms).toBeLessThan(1_000 + 3 * HEALTH_LIMITS.checkMs);
+      expect(HEALTH_LIMITS.maxConnections).toBeLessThanOrEqual(16);
+    } finally {
+      for (const c of slow) c.stop();
+      await health.close();
+    }
+  }, 15_000);
 });

@@ -4,7 +4,6 @@
 // settings.
 import { describe, it, expect, beforeAll, afterAll, afterEach } from "vitest";
 import { createServer as createHttpServer } from "node:http";
-import { createServer as createTcpServer, connect, type Server as TcpServer, type Socket } from "node:net";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync, existsSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,7 +14,9 @@ import { startClusters, type LocalCluster, type LocalClusters } from "../dev/con
 import { startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
-import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, LeaseResource, NamespaceResource, NodeResource, RoleBindingResource, RoleResource, SecretResource } from "../shared/api/kube.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, CustomResourceDefinitionResource, LeaseResource, NamespaceResource, NodeResource, RoleBindingResource, RoleResource, SecretResource } from "../shared/api/kube.ts";
+import { AgentConfigGroup, AgentConfigName, AgentConfigResource } from "../shared/api/agent-config.ts";
+import { crds } from "../shared/api/crds.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../shared/api/registration.ts";
 import type { AgentSettings } from "../shared/api/agent-config.ts";
 import { checkpointData, CheckpointConfigMapName, installTimeConfig, settingsHash } from "../shared/agent-config.ts";
@@ -31,6 +32,7 @@ import { resolveSecretKubeconfig } from "../components/relay/credentials.ts";
 import { startRelay, type Relay, type RelayOptions } from "../components/relay/relay.ts";
 import { startFunctionServer, testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
+import { startCuttableProxy } from "./support/tcp-proxy.ts";
 
 const suffix = () => Math.random().toString(36).slice(2, 8);
 const b64 = (text: string) => Buffer.from(text).toString("base64");
@@ -371,7 +373,7 @@ describe("delivery", () => {
     expect(sink.maxOpen()).toBeGreaterThan(1);
   });
 
-  it("honours x-recheck-after-ms from a real faas-js-runtime function by sending the latest state again", async () => {
+  it("honours x-recheck-after-ms from a function behind our CloudEvents HTTP server by sending the latest state again", async () => {
     const ns = await namespace(hub, "recheck");
     const calls: { verb: string; name: string; v?: string }[] = [];
     const asked = new Set<string>();
@@ -447,7 +449,7 @@ describe("watch continuity", () => {
   it("re-lists after 410 Gone and emits update, delete and add for what changed while it was cut off", async () => {
     const ns = await namespace(hub, "expire");
     for (const name of ["stays", "changes", "goes"]) await admin(hub).create(ConfigMapResource, configMap(ns, name));
-    const proxy = await startProxy(Number(new URL(hub.url).port));
+    const proxy = await startCuttableProxy(Number(new URL(hub.url).port));
     const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
     const sink = await startSink();
     const log = memoryLog();
@@ -467,7 +469,7 @@ describe("watch continuity", () => {
     await restartApiserver(hub);
     await admin(hub).delete(ConfigMapResource, "goes", ns);
     await admin(hub).create(ConfigMapResource, configMap(ns, "comes"));
-    const restored = await startProxy(Number(new URL(hub.url).port), proxy.port);
+    const restored = await startCuttableProxy(Number(new URL(hub.url).port), proxy.port);
     cleanups.push(() => restored.cut());
 
     await eventually(() => {
@@ -503,7 +505,7 @@ describe("watch continuity", () => {
   it("reconnects with backoff after the connection drops and delivers what changed during the outage", async () => {
     const ns = await namespace(hub, "outage");
     const target = new URL(hub.url);
-    const proxy = await startProxy(Number(target.port));
+    const proxy = await startCuttableProxy(Number(target.port));
     const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
     const sink = await startSink();
     const log = memoryLog();
@@ -520,7 +522,7 @@ describe("watch continuity", () => {
     await eventually(() => expect(sourceStatus(r).state).toBe("backing-off"));
     await admin(hub).create(ConfigMapResource, configMap(ns, "during"));
     await admin(hub).delete(ConfigMapResource, "before", ns);
-    const restored = await startProxy(Number(target.port), proxy.port);
+    const restored = await startCuttableProxy(Number(target.port), proxy.port);
     cleanups.push(() => restored.cut());
 
     await eventually(() => {
@@ -726,6 +728,50 @@ describe("agent settings", () => {
   });
 });
 
+describe("resync ticks past what a Node timer holds (issue 23)", () => {
+  // Node turns a delay above 2^31-1 ms into 1 ms: relayResyncSeconds 2147484 (a valid int32, times 1000)
+  // once made the relay tick every millisecond. Real timers here, not the test's own.
+  const ticksIn = async (sink: { received: Received[] }, ms: number) => {
+    const before = sink.received.length;
+    await new Promise((r) => setTimeout(r, ms));
+    return sink.received.length - before;
+  };
+
+  it("a checkpoint's relayResyncSeconds of 2147484 is refused as the schema refuses it and the relay keeps its configured interval: no tick storm", async () => {
+    const spokeAdmin = admin(spoke);
+    const kubeconfig = await identityFor(spoke, "relay-spoke");
+    // As an agent-config function older than the bounds would have written it.
+    const settings = { relayResyncSeconds: 2_147_484 };
+    const data = checkpointData({ active: { hash: settingsHash(settings), settings }, lastKnownGood: installTimeConfig() });
+    await createOrUpdate<KubeObject & { data?: Record<string, string> }>(spokeAdmin, ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace: AgentNamespaceDefault }, data }, ["data"]);
+    cleanups.push(async () => void (await spokeAdmin.delete(ConfigMapResource, CheckpointConfigMapName, AgentNamespaceDefault)));
+    const sink = await startSink();
+    const r = relay({
+      clusters: { spoke: { kubeconfig } },
+      sources: [{ cluster: "spoke", resource: NodeResource, mode: "Reference" }],
+      sinks: [{ name: "ticks", url: sink.url, filter: { type: PingSourceType } }],
+      resync: { intervalMs: 60_000 },
+      agentSettings: agentSettingsCheckpoint("spoke", AgentNamespaceDefault),
+    });
+    await r.ready;
+    expect(await ticksIn(sink, 2_000)).toBe(0);
+    expect(r.status().resync).toMatchObject({ intervalMs: 60_000, settings: { state: "watching" } });
+  });
+
+  it("an install-time resync interval past 2^31-1 ms is clamped to it, not turned into a tick every millisecond", async () => {
+    const kubeconfig = await identityFor(spoke, "relay-spoke");
+    const sink = await startSink();
+    const r = relay({
+      clusters: { spoke: { kubeconfig } },
+      sources: [{ cluster: "spoke", resource: NodeResource, mode: "Reference" }],
+      sinks: [{ name: "ticks", url: sink.url, filter: { type: PingSourceType } }],
+      resync: { intervalMs: 2_147_484_000 },
+    });
+    await r.ready;
+    expect(await ticksIn(sink, 2_000)).toBe(0);
+  });
+});
+
 describe("the relay process", () => {
   it("runs as a ContainerSource: config file, K_SINK, K_CE_OVERRIDES, JSON logs, clean exit on SIGTERM", async () => {
     const ns = await namespace(hub, "cli");
@@ -764,29 +810,38 @@ describe("the relay process", () => {
   });
 });
 
-// A TCP hop in front of an apiserver that a test can cut: in-flight connections end, new ones are refused.
-async function startProxy(targetPort: number, port = 0): Promise<{ port: number; cut(): Promise<void> }> {
-  const sockets = new Set<Socket>();
-  const server: TcpServer = createTcpServer((client) => {
-    const upstream = connect(targetPort, "127.0.0.1");
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("error", () => s.destroy());
-      s.on("close", () => {
-        sockets.delete(s);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream).pipe(client);
+
+// Issue 24, item 6: OCM's own hub serves no config.ocm-functions.io and grants a cluster nothing in
+// it, so the spoke relay's AgentConfig source is refused there. That is a state of the hub: said once,
+// looked at again at the slowest retry, and picked up once the hub serves the kind and grants it.
+describe("a resource the server does not serve", () => {
+  it("is said once at info while the server serves no such kind, and its objects are relayed once it does", async () => {
+    const hubAdmin = admin(hub);
+    const user = `relay-${suffix()}`;
+    const kubeconfig = await hub.kubeconfigFor({ user }); // no grants: refused, as a cluster is on OCM's hub
+    const log = memoryLog();
+    const sink = await startSink();
+    const r = relay({
+      clusters: { hub: { kubeconfig } },
+      sources: [{ cluster: "hub", resource: AgentConfigResource, mode: "Resource" }],
+      sinks: [{ name: "all", url: sink.url }],
+      log,
+    });
+    await eventually(() => expect(sourceStatus(r).state).toBe("not-served"));
+    // a dozen retries at the test's 300 ms slowest retry
+    await new Promise((resolve) => setTimeout(resolve, 4_000));
+    const ours = log.lines.filter((l) => l.source === sourceStatus(r).name);
+    expect(ours.filter((l) => l.level !== "info"), JSON.stringify(ours)).toEqual([]);
+    expect(ours.filter((l) => l.msg.startsWith("the server does not serve"))).toHaveLength(1);
+
+    const crd = crds.find((c) => (c as unknown as { spec: { group: string } }).spec.group === AgentConfigGroup)! as unknown as KubeObject;
+    await hubAdmin.create(CustomResourceDefinitionResource, crd);
+    cleanups.push(async () => void (await hubAdmin.delete(CustomResourceDefinitionResource, crd.metadata.name!)));
+    await grant(hub, { user, rules: [watchRule(AgentConfigResource)] });
+    const ns = await namespace(hub, "agentconfigs");
+    await eventually(() => hubAdmin.create(AgentConfigResource, { metadata: { name: AgentConfigName, namespace: ns }, spec: {} }), { timeoutMs: 30_000 });
+    await eventually(() => expect(verbsOf(sink, AgentConfigName)).toContain("add"), { timeoutMs: 30_000 });
+    expect(sourceStatus(r).state).toBe("watching");
+    expect(log.lines.filter((l) => l.msg === "the server serves it now: listed")).toHaveLength(1);
   });
-  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
-  return {
-    port: (server.address() as { port: number }).port,
-    cut: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
+});

@@ -100,6 +100,13 @@ export const AgentSettingsRefSchema = z.object({
 });
 export type AgentSettingsRef = z.infer<typeof AgentSettingsRefSchema>;
 
+// Where the relay answers GET /metrics (docs/metrics.md); none when not configured. Loopback unless
+// told otherwise: a Prometheus scraping the pod sets host 0.0.0.0.
+export const MetricsSchema = z.strictObject({
+  port: z.number().int().min(0).max(65_535),
+  host: z.string().min(1).default("127.0.0.1"),
+});
+
 export const RelayConfigSchema = z
   .object({
     clusters: z.record(name, CredentialsSchema),
@@ -112,6 +119,7 @@ export const RelayConfigSchema = z
     watch: WatchSchema.prefault({}),
     record: name.optional().describe("append one JSON line per delivered event to this file"),
     agentSettings: AgentSettingsRefSchema.optional(),
+    metrics: MetricsSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
     if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {
@@ -176,6 +184,11 @@ export function configFromEnvironment(text: string | undefined, env: NodeJS.Proc
   }
   const extensions = { ...doc.ceOverrides?.extensions, ...fromEnv.extensions };
   if (env.OCM_RELAY_RECORD) doc.record = env.OCM_RELAY_RECORD;
+  if (env.OCM_RELAY_METRICS_PORT) {
+    const port = Number(env.OCM_RELAY_METRICS_PORT);
+    if (!/^\d+$/.test(env.OCM_RELAY_METRICS_PORT) || port < 1 || port > 65_535) throw new Error(`OCM_RELAY_METRICS_PORT ${JSON.stringify(env.OCM_RELAY_METRICS_PORT)} is not a port number from 1 to 65535`);
+    doc.metrics = { ...(doc.metrics as object | undefined), port };
+  }
   const parsed = RelayConfigSchema.safeParse({ ...doc, sinks, ceOverrides: { extensions } });
   if (!parsed.success) throw new Error(`invalid relay configuration: ${z.prettifyError(parsed.error)}`);
   return parsed.data;

@@ -8,17 +8,12 @@ import type { Log } from "../../shared/harness.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
 import type { CredentialsConfig, SecretRef, WatchConfig } from "./config.ts";
+import type { Connection, CredentialProvider } from "./connection.ts";
 import { startSource, type Source } from "./source.ts";
+import { fieldSelectorOf } from "../../shared/selector-query.ts";
+import { after } from "../../shared/timers.ts";
 
-export type Connection = { client: KubeClient; origin: string; user: string };
-export type CredentialStatus = { origin?: string; user?: string; problems: string[] };
-
-export type CredentialProvider = {
-  current(): Connection | undefined;
-  subscribe(listener: () => void): () => void;
-  status(): CredentialStatus;
-  stop(): Promise<void>;
-};
+export type { Connection, CredentialProvider, CredentialStatus } from "./connection.ts";
 
 type Resolved = { ok: true; client: KubeClient; user: string; fingerprint: string; notAfter?: Date } | { ok: false; reason: string };
 
@@ -64,7 +59,7 @@ export function secretCredentials(o: SecretCredentialsOptions): CredentialProvid
       cluster: ref.cluster,
       resource: SecretResource,
       namespace: ref.namespace,
-      fieldSelector: `metadata.name=${ref.name}`,
+      fieldSelector: fieldSelectorOf({ "metadata.name": ref.name }),
       credentials: o.readerFor(ref.cluster),
       watch: o.watch,
       log: o.log,
@@ -101,9 +96,7 @@ export function secretCredentials(o: SecretCredentialsOptions): CredentialProvid
   function scheduleExpiryCheck(notAfter: Date | undefined): void {
     clearTimeout(expiryTimer);
     if (!notAfter) return;
-    const inMs = Math.min(Math.max(notAfter.getTime() - o.clock.now().getTime() + 1_000, 1_000), 2 ** 31 - 1);
-    expiryTimer = setTimeout(choose, inMs);
-    expiryTimer.unref();
+    expiryTimer = after(notAfter.getTime() - o.clock.now().getTime() + 1_000, choose, { floorMs: 1_000, unref: true });
   }
 
   return {

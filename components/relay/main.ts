@@ -18,6 +18,13 @@ try {
   log.error({ error: err instanceof Error ? err.message : String(err) }, "not started");
   process.exit(2);
 }
+// A metrics port that cannot be had ends the process at start, like a bad setting.
+try {
+  await relay.metrics;
+} catch {
+  await relay.stop();
+  process.exit(2);
+}
 
 stopOnSignals(async (signal) => {
   log.info({ signal }, "stopping");

@@ -1,9 +1,11 @@
 // The relay's wiring: credentials per cluster, one source per watched (cluster, resource, selector),
 // changes turned into CloudEvents and routed to every sink whose filter passes them, resync ticks per
 // cluster (at the interval the agent settings give, when configured so), recording, and a stop() that
-// ends watches, retries and timers.
+// ends watches, retries and timers. With `metrics` configured it answers GET /metrics on that port.
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { jsonLog, type Log } from "../../shared/harness.ts";
+import { metrics } from "../../shared/metrics.ts";
+import { serveMetrics, type MetricsEndpoint } from "../../shared/metrics-endpoint.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { RelayConfigSchema, sourceName, type RelayConfigInput } from "./config.ts";
 import { credentialProviders, type CredentialStatus } from "./credentials.ts";
@@ -25,9 +27,14 @@ export type RelayStatus = {
 export type Relay = {
   // Every source has listed once (never settles for a source whose credentials never come).
   readonly ready: Promise<void>;
+  // The metrics endpoint once it listens (rejects when it cannot: a port in use); undefined when not configured.
+  readonly metrics?: Promise<MetricsEndpoint>;
   status(): RelayStatus;
   stop(): Promise<void>;
 };
+
+// Changes the relay's watches saw, per source and verb (docs/metrics.md).
+const changes = metrics.counter("ocmf_relay_changes_total", "Object changes seen by a source's watch, by verb (add, update, delete)", ["source", "verb"]);
 
 export function startRelay(options: RelayOptions): Relay {
   const { clock = systemClock, log = jsonLog("relay"), every = realEvery, ...input } = options;
@@ -57,6 +64,7 @@ export function startRelay(options: RelayOptions): Relay {
       watch: config.watch,
       log,
       onChange(change) {
+        changes.inc([name, change.verb]);
         const key = objectKey(change.object);
         route({
           key: `${name}|${key}`,
@@ -100,8 +108,13 @@ export function startRelay(options: RelayOptions): Relay {
     sinks.length ? "relay started" : "relay started without sinks: events go nowhere",
   );
 
+  const endpoint = config.metrics && serveMetrics(config.metrics);
+  // A caller that never looks at it still hears of a failure to listen.
+  endpoint?.catch((err: Error) => log.error({ port: config.metrics!.port, error: err.message }, "metrics: cannot listen"));
+
   let stopped: Promise<void> | undefined;
   return {
+    metrics: endpoint,
     ready: Promise.all([...sources.map((s) => s.ready), resync.ready]).then(() => {}),
     status: () => ({
       clusters: Object.fromEntries([...providers].map(([name, p]) => [name, p.status()])),
@@ -115,6 +128,7 @@ export function startRelay(options: RelayOptions): Relay {
         await Promise.all([resync.stop(), ...sources.map((s) => s.stop())]);
         await Promise.all(sinks.map((s) => s.stop()));
         await Promise.all([...providers.values()].map((p) => p.stop()));
+        await endpoint?.then((e) => e.close(), () => {});
         await recorder?.close().catch((err: Error) => log.error({ file: config.record, error: err.message }, "recording did not close cleanly"));
         log.info({}, "relay stopped");
       })();

@@ -3,18 +3,22 @@
 // whenever the checkpoint changes. The checkpoint is watched like any other source, so a change costs
 // nothing until it happens; an unreadable one leaves the interval as it is.
 import { ConfigMapResource } from "../../shared/api/kube.ts";
-import { parseCheckpoint } from "../../shared/agent-config.ts";
+import { CheckpointKey, parseCheckpoint, readActiveKey } from "../../shared/agent-config.ts";
 import type { Log } from "../../shared/harness.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import type { AgentSettingsRef, WatchConfig } from "./config.ts";
 import type { CredentialProvider } from "./credentials.ts";
 import { startSource, type Source, type SourceStatus } from "./source.ts";
+import { fieldSelectorOf } from "../../shared/selector-query.ts";
+import { every } from "../../shared/timers.ts";
 
 // Calls run every ms until the returned function is called. Tests inject their own and call run themselves.
 export type Every = (ms: number, run: () => void) => () => void;
 
+// Through shared/timers.ts: never faster than once a second, never past Node's maximum (which Node
+// would otherwise turn into a tick every millisecond).
 export const realEvery: Every = (ms, run) => {
-  const timer = setInterval(run, ms);
+  const timer = every(ms, run);
   return () => clearInterval(timer);
 };
 
@@ -55,7 +59,7 @@ export function startResync(o: {
       cluster: ref.cluster,
       resource: ConfigMapResource,
       namespace: ref.namespace,
-      fieldSelector: `metadata.name=${ref.name}`,
+      fieldSelector: fieldSelectorOf({ "metadata.name": ref.name }),
       credentials: o.settings.credentials,
       watch: o.settings.watch,
       log: o.log,
@@ -64,6 +68,8 @@ export function startResync(o: {
         const checkpoint = source?.objects()[0] as ConfigMap | undefined;
         if (!checkpoint) return schedule(o.intervalMs, undefined);
         const { active } = parseCheckpoint(checkpoint.data);
+        const { error } = readActiveKey(checkpoint.data?.[CheckpointKey.Active]);
+        if (error) o.log.warn({ error, using: active.hash }, "active agent settings unreadable: running the last-known-good ones");
         const seconds = active.settings.relayResyncSeconds;
         schedule(seconds === undefined ? o.intervalMs : seconds * 1000, active.hash);
       },

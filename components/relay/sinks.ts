@@ -7,6 +7,8 @@ import type { Log } from "../../shared/harness.ts";
 import type { DeliveryConfig, SinkConfig } from "./config.ts";
 import { delay, exponentialBackoff } from "../../shared/backoff.ts";
 import { mismatch, mismatchAll } from "./cloudevents.ts";
+import { after, clampTimerMs } from "../../shared/timers.ts";
+import { metrics } from "../../shared/metrics.ts";
 
 // What shared/harness.ts answers when a reconcile returns { recheckInMs }.
 export const RECHECK_HEADER = "x-recheck-after-ms";
@@ -58,6 +60,14 @@ type Attempt = { status: number | null; retryAfterMs?: number; recheckAfterMs?: 
 const RETRIED_STATUSES = new Set([404, 408, 409, 425, 429]);
 export const isRetried = (status: number | null) => status === null || status >= 500 || RETRIED_STATUSES.has(status);
 
+// What the relay counts per sink (docs/metrics.md), in the process's registry.
+const sinkEvents = metrics.counter("ocmf_relay_events_received_total", "Events routed to a sink", ["sink"]);
+const sinkSkipped = metrics.counter("ocmf_relay_events_skipped_total", "Events a sink never sent, by reason (coalesced: a newer one for the key came before delivery began; superseded: one came between retries)", ["sink", "reason"]);
+const sinkDeliveries = metrics.counter("ocmf_relay_deliveries_total", "Events whose delivery ended, by outcome (delivered, rejected, gave-up) and the sink's last status code (none: no answer)", ["sink", "outcome", "code"]);
+const sinkRetries = metrics.counter("ocmf_relay_delivery_retries_total", "Deliveries tried again after a failed attempt", ["sink"]);
+const sinkQueue = metrics.gauge("ocmf_relay_queue_depth", "Events waiting for delivery (one per object key)", ["sink"]);
+const sinkInFlight = metrics.gauge("ocmf_relay_in_flight", "Object keys whose delivery is under way", ["sink"]);
+
 export function startSink(o: SinkOptions): Sink {
   const { config, delivery, log } = o;
   const pending = new Map<string, Envelope>(); // latest event per key, not yet started
@@ -67,11 +77,20 @@ export function startSink(o: SinkOptions): Sink {
   const slots = semaphore(delivery.concurrency);
   const counts = { received: 0, coalesced: 0, superseded: 0, delivered: 0, rejected: 0, gaveUp: 0, retries: 0, rechecks: 0 };
   const where = { sink: config.name };
+  const sinkLabel = [config.name];
+  const stopCollecting = metrics.onCollect(() => {
+    sinkQueue.set(sinkLabel, pending.size);
+    sinkInFlight.set(sinkLabel, workers.size);
+  });
 
   function enqueue(envelope: Envelope): void {
     if (stopping.signal.aborted) return;
     counts.received++;
-    if (pending.has(envelope.key)) counts.coalesced++;
+    sinkEvents.inc(sinkLabel);
+    if (pending.has(envelope.key)) {
+      counts.coalesced++;
+      sinkSkipped.inc([config.name, "coalesced"]);
+    }
     pending.set(envelope.key, envelope);
     if (!workers.has(envelope.key)) startWorker(envelope.key);
   }
@@ -130,12 +149,14 @@ export function startSink(o: SinkOptions): Sink {
       }
       const retryInMs = Math.min(a.retryAfterMs ?? backoff.next(), delivery.backoff.maxMs);
       counts.retries++;
+      sinkRetries.inc(sinkLabel);
       log.warn({ ...base, error: a.error, retryInMs }, "sink failed: retrying after a backoff");
       await delay(retryInMs, stopping.signal);
       if (stopping.signal.aborted) return;
       // The state this event carries is stale once a newer one waits: send that one instead.
       if (pending.has(envelope.key)) {
         counts.superseded++;
+        sinkSkipped.inc([config.name, "superseded"]);
         log.info({ ...base }, "superseded: a newer state of the object is waiting, sending that instead");
         return;
       }
@@ -153,7 +174,7 @@ export function startSink(o: SinkOptions): Sink {
         method: "POST",
         headers,
         body: event.data === undefined ? undefined : (message.body as string | undefined),
-        signal: AbortSignal.timeout(delivery.timeoutMs),
+        signal: AbortSignal.timeout(clampTimerMs(delivery.timeoutMs)),
       });
       const body = await res.text();
       return {
@@ -172,17 +193,18 @@ export function startSink(o: SinkOptions): Sink {
   function scheduleRecheck(envelope: Envelope, afterMs: number): void {
     if (stopping.signal.aborted) return; // an answer that arrived while stopping
     clearTimeout(rechecks.get(envelope.key));
-    const timer = setTimeout(() => {
+    const timer = after(afterMs, () => {
       rechecks.delete(envelope.key);
       const event = envelope.refresh();
       if (!event || stopping.signal.aborted) return;
       counts.rechecks++;
       enqueue({ ...envelope, event });
-    }, afterMs);
+    });
     rechecks.set(envelope.key, timer);
   }
 
   function recordOutcome(envelope: Envelope, a: Attempt, outcome: Outcome, attempts: number): void {
+    sinkDeliveries.inc([config.name, outcome, a.status === null ? "none" : String(a.status)]);
     o.record?.({ time: o.clock.now().toISOString(), sink: config.name, status: a.status, outcome, attempts, event: envelope.event.toJSON() as Record<string, unknown> });
   }
 
@@ -193,6 +215,7 @@ export function startSink(o: SinkOptions): Sink {
     status: () => ({ name: config.name, url: config.url, ...counts, pending: pending.size, inFlight: workers.size }),
     async stop() {
       stopping.abort();
+      stopCollecting();
       for (const timer of rechecks.values()) clearTimeout(timer);
       rechecks.clear();
       pending.clear();

@@ -1,4 +1,4 @@
-// Local mode: a hub and spokes on real control planes, every function as a faas-js-runtime server under
+// Local mode: a hub and spokes on real control planes, every function behind our CloudEvents server (shared/cloudevents-server.ts) under
 // its own identity, the relays that feed them (one on the hub, one per spoke, as production runs a
 // ContainerSource on each cluster), and each spoke's heartbeat sidecar. Used by `npm start`, the
 // end-to-end tests and the benchmarks.

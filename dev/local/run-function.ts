@@ -1,5 +1,5 @@
 // A function written with defineFunction (shared/sdk.ts), run locally as it runs deployed: its
-// faas-js-runtime server, and a relay whose sources are the definition's watches, on every cluster they
+// CloudEvents server (shared/cloudevents-server.ts, as its bundle runs it), and a relay whose sources are the definition's watches, on every cluster they
 // name, delivering straight to it (so rechecks are honoured) with resync ticks at its period.
 import { startRelay, type Relay } from "../../components/relay/relay.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";

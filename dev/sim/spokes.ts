@@ -12,7 +12,8 @@
 import { generateKeyPairSync } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
-import { KubeClient, type KubeObject, type WatchEvent } from "../../shared/kube/client.ts";
+import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
+import { startReflector, type Reflector, type ReflectorLog } from "../../shared/kube/reflector.ts";
 import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
 import { isAlreadyExists, isConflict, isNotFound } from "../../shared/kube/errors.ts";
 import { CertificateSigningRequestResource, LeaseResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
@@ -44,28 +45,24 @@ type Spoke = { name: string; hub?: KubeClient; lease?: Lease; timer?: NodeJS.Tim
 
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-// Calls back with every object of a kind, listed then watched, re-listing whenever a watch ends.
-function follow(client: KubeClient, r: ApiResource, labelSelector: string | undefined, seen: (o: KubeObject) => void, stopped: () => boolean): Promise<void> {
-  return (async () => {
-    while (!stopped()) {
-      try {
-        const list = await client.list(r, { labelSelector });
-        list.items.forEach(seen);
-        let rv = list.resourceVersion;
-        for (;;) {
-          let gone = false;
-          await client.watch(r, { labelSelector, resourceVersion: rv, timeoutSeconds: 120 }, (e: WatchEvent) => {
-            if (e.type === "ERROR") gone = true;
-            else if (e.object.metadata.resourceVersion) rv = e.object.metadata.resourceVersion;
-            if (e.type === "ADDED" || e.type === "MODIFIED") seen(e.object);
-          }).done;
-          if (gone || stopped()) break;
-        }
-      } catch {
-        if (!stopped()) await pause(500);
-      }
-    }
-  })();
+// The simulator's own failures (its reflectors') go to stderr as JSON lines: stdout carries its answers.
+const stderrLog = (level: string) => (fields: object, msg: string) => void process.stderr.write(`${JSON.stringify({ level, msg, ...fields })}\n`);
+const simLog: ReflectorLog = { info: stderrLog("info"), warn: stderrLog("warn"), error: stderrLog("error") };
+
+// Calls back with every object of a kind as shared/kube/reflector.ts lists and watches it.
+function follow(client: KubeClient, r: ApiResource, labelSelector: string | undefined, seen: (o: KubeObject) => void): Reflector<KubeObject> {
+  return startReflector<KubeObject>({
+    name: `sim ${r.plural}`,
+    resource: r,
+    labelSelector,
+    client,
+    timeoutSeconds: 120,
+    backoff: { initialMs: 200, maxMs: 5_000 },
+    log: simLog,
+    onChange: (c) => {
+      if (c.type !== "DELETED") seen(c.object);
+    },
+  });
 }
 
 export class SpokeSimulator {
@@ -79,6 +76,7 @@ export class SpokeSimulator {
   private readonly clusters = new Map<string, ManagedCluster>(); // the newest copy seen
   private renewSeconds: number;
   private stopped = false;
+  private readonly watches: Reflector<KubeObject>[] = [];
 
   constructor(o: SimOptions) {
     this.o = o;
@@ -89,10 +87,10 @@ export class SpokeSimulator {
 
   // Joins every spoke, calling back as each one is Available; resolves when all are.
   async run(joined: (name: string, m: Milestones) => void): Promise<void> {
-    const isStopped = () => this.stopped;
-    // The process exits on stop; these end with it.
-    void follow(this.observer, CertificateSigningRequestResource, ClusterLabel.ClusterName, (o) => this.sawCsr(o as CertificateSigningRequest & KubeObject), isStopped);
-    void follow(this.observer, ManagedClusterResource, undefined, (o) => this.sawCluster(o as ManagedCluster & KubeObject), isStopped);
+    this.watches.push(
+      follow(this.observer, CertificateSigningRequestResource, ClusterLabel.ClusterName, (o) => this.sawCsr(o as CertificateSigningRequest & KubeObject)),
+      follow(this.observer, ManagedClusterResource, undefined, (o) => this.sawCluster(o as ManagedCluster & KubeObject)),
+    );
     // every spoke registers at once, as a fleet does after a hub outage
     await Promise.all(this.o.names.map(async (name) => joined(name, await this.join(name))));
   }
@@ -110,6 +108,7 @@ export class SpokeSimulator {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    await Promise.all(this.watches.map((w) => w.stop()));
     for (const s of this.spokes.values()) {
       clearTimeout(s.timer);
       s.hub?.close();

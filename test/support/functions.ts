@@ -38,7 +38,8 @@ export function tickEvent(cluster?: string): Record<string, unknown> {
   return { specversion: "1.0", id: randomUUID(), source: "/apis/v1/namespaces/ocm/pingsources/resync", type: "dev.knative.sources.ping", ...(cluster ? { cluster } : {}) };
 }
 
-// The function behind faas-js-runtime's real HTTP server, on a free loopback port.
+// The function behind our CloudEvents HTTP server (shared/cloudevents-server.ts, as its bundle runs it),
+// on a free loopback port. test/runtime-equivalence.test.ts serves one with faas-js-runtime's own.
 export { startFunctionServer } from "../../dev/local/functions.ts";
 
 // POST in binary mode, as the ApiServerSource adapter does; an event without data has no body and no

@@ -1,0 +1,32 @@
+// Every request a function makes through an Io, as the API server answered it: the same real clients,
+// each wrapped so its one way out (KubeClient.request) notes the method and path. A write is any
+// request other than a GET that the API server accepted; a DELETE answered 404 changed nothing.
+import type { Io } from "../../shared/harness.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+
+export type Recorded = { method: string; path: string; ok: boolean };
+
+export function recordingRequests<C>(io: Io<C>): { io: Io<C>; requests: Recorded[]; writes(): string[] } {
+  const requests: Recorded[] = [];
+  const wrapped = new Map<string, KubeClient>();
+  const cluster = (name: string): KubeClient => {
+    let client = wrapped.get(name);
+    if (!client) {
+      const real = io.cluster(name);
+      const recording = Object.create(real) as KubeClient;
+      recording.request = async function <T>(this: KubeClient, method: string, path: string, ...rest: [unknown?, string?]): Promise<T> {
+        try {
+          const answer = await real.request.call<KubeClient, [string, string, unknown?, string?], Promise<T>>(this, method, path, ...rest);
+          requests.push({ method, path, ok: true });
+          return answer;
+        } catch (err) {
+          requests.push({ method, path, ok: false });
+          throw err;
+        }
+      };
+      wrapped.set(name, (client = recording));
+    }
+    return client;
+  };
+  return { io: { ...io, cluster }, requests, writes: () => requests.filter((r) => r.ok && r.method !== "GET").map((r) => `${r.method} ${r.path}`) };
+}
