@@ -12,8 +12,8 @@
 #   scripts/build-tools.sh clusteradm # also OCM's own CLI, clusteradm (test/clusteradm.test.ts); prints its path last
 #   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs, kube-proxy, CoreDNS
 #                                     # and kubelet; prints their paths last, in that order (kubelet last)
-#   scripts/build-tools.sh ocm        # also OCM v1.2.0's registration, work and placement programs
-#                                     # (tools/ocm); prints one `<cmd> <path>` line each, placement last
+#   scripts/build-tools.sh ocm        # also OCM v1.2.0's registration, work, add-on manager and placement
+#                                     # programs (tools/ocm); prints one `<cmd> <path>` line each, placement last
 #   scripts/build-tools.sh --print-dir  # where the control-plane binaries go
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -135,7 +135,8 @@ if [ "${1:-}" = "node" ]; then
 fi
 if [ "${1:-}" = "ocm" ]; then
   # OCM's own programs from tools/ocm (open-cluster-management.io/ocm v1.2.0, the newest release the Go
-  # proxy here serves): registration (hub controller, spoke agent), work (hub manager, spoke agent) and
+  # proxy here serves): registration (hub controller, spoke agent), work (hub manager, spoke agent), addon
+  # (the hub's add-on manager, run beside our addon-manager by test/addon-health-conformance.test.ts) and
   # placement (the hub's placement controller, run beside our placement-scheduler by
   # test/placement-conformance.test.ts). Named by the version and a hash of the module files, so a bump
   # builds anew; stamped as OCM's Makefile does, so `--version` names the release. The checksum database
@@ -144,7 +145,7 @@ if [ "${1:-}" = "ocm" ]; then
   # Printed as `<cmd> <path>`, placement last.
   ocm_version=$(version_of open-cluster-management.io/ocm "$here/tools/ocm")
   ocm_hash=$(cat "$here"/tools/ocm/go.mod "$here"/tools/ocm/go.sum | sha256sum | cut -c1-12)
-  for cmd in registration work placement; do
+  for cmd in registration work addon placement; do
     GONOSUMDB=open-cluster-management.io,sigs.k8s.io/about-api build ocm "ocm-$cmd-$ocm_version-$ocm_hash" "open-cluster-management.io/ocm/cmd/$cmd" \
       "-s -w -X open-cluster-management.io/ocm/pkg/version.versionFromGit=$ocm_version"
     echo "$cmd $bin/ocm-$cmd-$ocm_version-$ocm_hash"

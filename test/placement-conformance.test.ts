@@ -14,11 +14,12 @@
 // start: it is applied on its hub from the open-cluster-management.io/api module in the Go module cache.
 import { describe, it, expect, beforeAll, afterAll, type ExpectStatic } from "vitest";
 import { readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { parse } from "yaml";
 import { findOcm, ocmApiModuleDir } from "../dev/control-plane/binaries.ts";
-import { freePort, startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
-import { logTail, startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
+import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
+import { logTail, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
+import { startOcmHubProgram } from "./support/ocm-programs.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { CustomResourceDefinitionResource, NamespaceResource } from "../shared/api/kube.ts";
 import {
@@ -78,13 +79,7 @@ beforeAll(async () => {
   });
   await ocm.admin.create(NamespaceResource, { metadata: { name: "open-cluster-management-hub" } });
   // In the control plane's run directory: its guard reaps the process too if this one dies.
-  controller = startProcess(dirname(ocmPlane.dir), "ocm-placement-controller", programs.placement, [
-    "controller",
-    `--kubeconfig=${join(ocmPlane.dir, "admin.kubeconfig")}`,
-    "--namespace=open-cluster-management-hub",
-    "--disable-leader-election",
-    `--listen=127.0.0.1:${await freePort()}`,
-  ]);
+  controller = await startOcmHubProgram({ planeDir: ocmPlane.dir, name: "ocm-placement-controller", binary: programs.placement, command: "controller", kubeconfig: join(ocmPlane.dir, "admin.kubeconfig"), namespace: "open-cluster-management-hub" });
   // The namespace of the cases' barriers (Scene.barrier), bound to an empty set; ready once the
   // controller schedules a first barrier.
   await ocm.admin.create(NamespaceResource, { metadata: { name: SENTINELS } });

@@ -35,37 +35,46 @@ export function findClusteradm(): string {
   return path;
 }
 
-export type OcmPrograms = { registration: string; work: string; placement: string };
-const ocmPrograms = ["registration", "work", "placement"] as const;
+export type OcmPrograms = { registration: string; work: string; addon: string; placement: string };
+type OcmProgram = keyof OcmPrograms;
+const ocmPrograms: readonly OcmProgram[] = ["registration", "work", "addon", "placement"];
 
-// OCM v1.2.0's own programs (tools/ocm). scripts/run.sh builds them before the tests and names each in
-// OCM_FUNCTIONS_OCM_REGISTRATION, _WORK and _PLACEMENT; otherwise the build script is asked (it builds
-// them once, then answers at once with one `<program> <path>` line each).
-export function findOcm(): OcmPrograms {
-  const fromEnv = {
+// OCM v1.2.0's own programs (tools/ocm), those `needed` (default all). scripts/run.sh builds them before
+// the tests and names each in OCM_FUNCTIONS_OCM_REGISTRATION, _WORK, _ADDON and _PLACEMENT; when one
+// needed is not named, the build script is asked (it builds them once, then answers at once with one
+// `<program> <path>` line each).
+export function findOcm(): OcmPrograms;
+export function findOcm<P extends OcmProgram>(needed: readonly P[]): Pick<OcmPrograms, P>;
+export function findOcm(needed: readonly OcmProgram[] = ocmPrograms): Partial<OcmPrograms> {
+  const fromEnv: Partial<OcmPrograms> = {
     registration: process.env.OCM_FUNCTIONS_OCM_REGISTRATION,
     work: process.env.OCM_FUNCTIONS_OCM_WORK,
+    addon: process.env.OCM_FUNCTIONS_OCM_ADDON,
     placement: process.env.OCM_FUNCTIONS_OCM_PLACEMENT,
   };
-  let found: Partial<OcmPrograms> = fromEnv;
-  if (ocmPrograms.some((p) => !fromEnv[p])) {
+  let found = fromEnv;
+  if (needed.some((p) => !fromEnv[p])) {
     const out = execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["ocm"], { stdio: ["ignore", "pipe", "inherit"] }).toString();
     const lines = out.trim().split("\n").map((l) => l.split(" "));
-    found = Object.fromEntries(lines.filter((l) => l.length === 2 && ocmPrograms.includes(l[0] as never)));
+    found = Object.fromEntries(lines.filter((l) => l.length === 2 && ocmPrograms.includes(l[0] as OcmProgram)));
   }
-  for (const p of ocmPrograms) if (!found[p] || !existsSync(found[p])) throw new Error(`OCM's ${p} missing: ${found[p] ?? "(not built)"} (scripts/build-tools.sh ocm builds it)`);
-  return found as OcmPrograms;
+  for (const p of needed) if (!found[p] || !existsSync(found[p])) throw new Error(`OCM's ${p} missing: ${found[p] ?? "(not built)"} (scripts/build-tools.sh ocm builds it)`);
+  return Object.fromEntries(needed.map((p) => [p, found[p]!]));
 }
 
 // The folder of the open-cluster-management.io/api module tools/ocm builds with (its CRD files among
 // it), in the Go module cache; `go mod download` fetches it first if the cache lacks it.
-export function ocmApiModuleDir(): string {
-  const out = execFileSync("go", ["mod", "download", "-json", "open-cluster-management.io/api"], {
+export const ocmApiModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/api");
+// The same for open-cluster-management.io/ocm itself (its hub manifests: the add-on manager's ClusterRole).
+export const ocmModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/ocm");
+
+function toolsOcmModuleDir(module: string): string {
+  const out = execFileSync("go", ["mod", "download", "-json", module], {
     cwd: join(repoRoot, "tools", "ocm"),
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, GOTOOLCHAIN: "local", GOFLAGS: "-mod=mod", GONOSUMDB: "open-cluster-management.io,sigs.k8s.io/about-api" },
   });
   const dir = (JSON.parse(out.toString()) as { Dir?: string }).Dir;
-  if (!dir || !existsSync(dir)) throw new Error(`open-cluster-management.io/api is not in the Go module cache: ${out}`);
+  if (!dir || !existsSync(dir)) throw new Error(`${module} is not in the Go module cache: ${out}`);
   return dir;
 }

@@ -2,13 +2,14 @@
 // the addon-framework inside it do (ocm-protocol §6): the owner reference to the ClusterManagementAddOn,
 // configReferences and Configured, registration and hub permissions, the deploy ManifestWorks and
 // ManifestApplied, Progressing; and, for every add-on, Available=Unknown while its cluster is Unknown
-// (§4.5). The root kind is ManagedClusterAddOn, read and written as v1alpha1 (the storage version: our
-// CRDs have no conversion webhook, so v1beta1-only fields would not survive).
+// (§4.5). The root kind is ManagedClusterAddOn, read and written as v1alpha1 (the storage version and
+// the only one served: our CRDs have no conversion webhook, see shared/api/crds.ts).
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
+import { fieldSelectorOf } from "../../shared/selector-query.ts";
 import { cmaControllerReference } from "../../shared/addon-owners.ts";
 import { RoleBindingResource } from "../../shared/api/kube.ts";
 import { ManagedClusterResource, PlacementDecisionResource, ClusterLabel, type ManagedCluster } from "../../shared/api/cluster.ts";
@@ -30,6 +31,7 @@ import { configFromEnv, ConfigSchema, type AddOnStatus, type Config, type Scene,
 import { configured } from "./steps/configured.ts";
 import { registration } from "./steps/registration.ts";
 import { manifestApplied } from "./steps/manifest-applied.ts";
+import { health } from "./steps/health.ts";
 import { progressing } from "./steps/progressing.ts";
 import { clusterHealth } from "./steps/cluster-health.ts";
 
@@ -83,13 +85,14 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
 }
 
 // In order: the desired configs first (everything after reads them); registration before the deploy
-// (OCM deploys only once RegistrationApplied is set); Progressing after the deploy (it compares the
-// works just written with the desired configs); the cluster's health last, since a cluster gone Unknown
-// overrides whatever Available said. An add-on of no ClusterManagementAddOn, of a self-managed one, or
-// being deleted only gets the last.
+// (OCM deploys only once RegistrationApplied is set); a template add-on's health after the deploy, as
+// OCM's deploy controller probes it; Progressing after the deploy (it compares the works just written
+// with the desired configs); the cluster's health last, since a cluster gone Unknown overrides whatever
+// Available said. An add-on of no ClusterManagementAddOn, of a self-managed one, or being deleted only
+// gets the last.
 function stepsFor(s: Scene): Step[] {
   if (!s.cma || s.mca.metadata.deletionTimestamp) return [clusterHealth];
-  const template = isTemplateAddon(s.cma) ? [registration, manifestApplied] : [];
+  const template = isTemplateAddon(s.cma) ? [registration, manifestApplied, health] : [];
   return [configured, ...template, progressing, clusterHealth];
 }
 
@@ -103,7 +106,9 @@ export const isTemplateAddon = (cma: ClusterManagementAddOnV1alpha1) =>
 async function ensureOwner(io: Io<Config>, hub: KubeClient, mca: ManagedClusterAddOnV1alpha1, cma: ClusterManagementAddOnV1alpha1): Promise<ManagedClusterAddOnV1alpha1> {
   const owner = cmaControllerReference(cma);
   const refs = mca.metadata.ownerReferences ?? [];
-  if (refs.some((r) => r.uid === owner.uid)) return mca;
+  // a reference to an unserved version (v1beta1, written by earlier builds) never resolves for the
+  // garbage collector, so it is replaced like one to another CMA
+  if (refs.some((r) => r.uid === owner.uid && r.apiVersion === owner.apiVersion)) return mca;
   // a reference to an earlier CMA of the same name (deleted and made again) is replaced
   const others = refs.filter((r) => !(r.kind === owner.kind && r.name === owner.name));
   const updated = await hub.update<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { ...mca, metadata: { ...mca.metadata, ownerReferences: [...others, owner] } });
@@ -114,7 +119,7 @@ async function ensureOwner(io: Io<Config>, hub: KubeClient, mca: ManagedClusterA
 const labelsOf = (e: ObjectEvent) => (e.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
 const keyOf = (hub: string, a: KubeObject): Key => ({ cluster: hub, namespace: a.metadata.namespace, name: a.metadata.name! });
 const addons = async (io: Io<Config>, o: { namespace?: string; name?: string } = {}) =>
-  (await io.cluster(io.config.hubCluster).list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { namespace: o.namespace, fieldSelector: o.name ? `metadata.name=${o.name}` : undefined })).items;
+  (await io.cluster(io.config.hubCluster).list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { namespace: o.namespace, fieldSelector: o.name ? fieldSelectorOf({ "metadata.name": o.name }) : undefined })).items;
 const addonsKeys = async (io: Io<Config>, o: { namespace?: string; name?: string }) => (await addons(io, o)).map((a) => keyOf(io.config.hubCluster, a));
 
 function addonKeys(event: ObjectEvent): KeysOrSkip {

@@ -1,6 +1,8 @@
 // Accepts and denies ManagedClusters on the hub (ocm-protocol §4.2): the cluster namespace, the RBAC that
 // lets an accepted cluster's agents in (and the narrower RBAC after a deny), the cluster lease,
-// HubAcceptedManagedCluster, auto-acceptance, and the RBAC cleanup once the cluster goes.
+// HubAcceptedManagedCluster, auto-acceptance, and once the cluster goes OCM's resource cleanup (its
+// add-ons, then its works) and the RBAC cleanup. A cluster never gets a namespace it did not get from
+// here: not one of Kubernetes or the hub (reserved names), not one made for something else.
 import { createClusterLease } from "../../shared/cluster-lease.ts";
 import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
@@ -9,6 +11,7 @@ import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip, type Watch } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, wouldWrite } from "../../shared/apply.ts";
+import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
@@ -30,14 +33,18 @@ import {
   ManagedClusterLeaseName,
   ManagedClusterReason,
   ManagedClusterResource,
+  isReservedClusterName,
+  reservedClusterNameMessage,
   type ManagedCluster,
 } from "../../shared/api/cluster.ts";
+import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
 import { ManifestWorkResource, WorkFinalizer } from "../../shared/api/work.ts";
 import { AddonNameLabel } from "../../shared/api/registration.ts";
 import { HubRbacName } from "../../shared/api/register.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { bootstrapApprovable } from "../../shared/cluster-csr.ts";
 import { readRequest } from "../../shared/pki.ts";
+import { labelsQuery } from "../../shared/selector-query.ts";
 import { clusterNamespace, clusterRole, clusterRoleBinding, registrationClusterRole, roleBinding, workClusterRole } from "./rbac.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
@@ -48,7 +55,8 @@ export const configFromEnv = hubSettingsFromEnv;
 // The root kind is ManagedCluster, all its changes: a deleted cluster's RBAC goes. A cluster is also
 // woken by the objects labelled with its name when someone changes or removes them (put them back), by
 // a bootstrap CSR (auto-acceptance), and by a ManifestWork leaving its namespace (the last one gone frees
-// the work RoleBinding's finalizer). Those come in Resource mode: the payload carries the label.
+// the work RoleBinding's finalizer), or an add-on leaving it (the cleanup of a deleted cluster goes on).
+// Those come in Resource mode: the payload carries the label.
 export const fn = defineFunction({
   name: "cluster-acceptor",
   config: ConfigSchema,
@@ -59,12 +67,14 @@ export const fn = defineFunction({
       (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource) }),
     ),
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: ClusterLabel.ClusterName, verbs: ["add"], keys: keysOfCsr },
-    {
-      cluster: c.hubCluster,
-      resource: ManifestWorkResource,
-      verbs: ["delete"],
-      keys: (e) => (e.ref.namespace ? [{ cluster: e.cluster, name: e.ref.namespace }] : { skip: "ManifestWork without namespace" }),
-    },
+    ...[ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource].map(
+      (resource): Watch<Config> => ({
+        cluster: c.hubCluster,
+        resource,
+        verbs: ["delete"],
+        keys: (e) => (e.ref.namespace ? [{ cluster: e.cluster, name: e.ref.namespace }] : { skip: `${resource.kind} without namespace` }),
+      }),
+    ),
   ],
   resyncSeconds: 60,
   resync,
@@ -74,23 +84,31 @@ export const spec = fn.spec;
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
 // one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting
-// auto-acceptance or a deny; an accepted one without its condition, finalizer, namespace or any RBAC
-// object as desired (its auto-acceptance mark waits for its next event); and a gone one whose RBAC
-// remains. The shared ClusterRoles, when drifted, wake one accepted cluster, whose reconcile writes them.
+// auto-acceptance or a deny; an accepted one without its condition, finalizer, namespace (labelled for
+// it), lease or any RBAC object as desired (its auto-acceptance mark waits for its next event); and a
+// gone one whose RBAC remains. A cluster passed over is one whose reconcile would write nothing (issue
+// 25: test/functions/cluster-acceptor.test.ts holds the two together over many varied clusters). The shared ClusterRoles, when drifted, wake one accepted cluster, whose reconcile writes them.
 async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
   const cluster = io.config.hubCluster;
   if (tick.cluster && tick.cluster !== cluster) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
   const hub = io.cluster(cluster);
   const labelled = { labelSelector: ClusterLabel.ClusterName };
-  const [clusters, namespaces, roles, clusterBindings, bindings] = await Promise.all([
+  const [clusters, namespaces, roles, clusterBindings, bindings, leases] = await Promise.all([
     hub.list<ManagedCluster>(ManagedClusterResource),
     hub.list(NamespaceResource, labelled),
     hub.list(ClusterRoleResource, labelled),
     hub.list(ClusterRoleBindingResource, labelled),
     hub.list(RoleBindingResource, labelled),
+    hub.list(LeaseResource, labelled),
   ]);
   const byName = (items: KubeObject[]) => new Map(items.map((o) => [`${o.metadata.namespace ?? ""}/${o.metadata.name}`, o]));
-  const found = { namespaces: byName(namespaces.items), roles: byName(roles.items), clusterBindings: byName(clusterBindings.items), bindings: byName(bindings.items) };
+  const found = {
+    namespaces: byName(namespaces.items),
+    roles: byName(roles.items),
+    clusterBindings: byName(clusterBindings.items),
+    bindings: byName(bindings.items),
+    leases: byName(leases.items),
+  };
   const names = new Set<string>();
   for (const c of clusters.items) if (needsLook(c, found, io.config)) names.add(c.metadata.name);
   const accepted = clusters.items.find((c) => c.spec?.hubAcceptsClient && !c.metadata.deletionTimestamp);
@@ -105,14 +123,18 @@ async function resync(io: Io<Config>, tick: TickEvent): Promise<KeysOrSkip> {
   return [...names].map((name) => ({ cluster, name }));
 }
 
-type Found = Record<"namespaces" | "roles" | "clusterBindings" | "bindings", Map<string, KubeObject>>;
+type Found = Record<"namespaces" | "roles" | "clusterBindings" | "bindings" | "leases", Map<string, KubeObject>>;
 
 export function needsLook(c: ManagedCluster, found: Found, config: Config): boolean {
   const name = c.metadata.name;
   if (c.metadata.deletionTimestamp) return true;
+  if (isReservedClusterName(name)) return !hasCondition(c.status?.conditions, reservedCondition(name));
   if (!c.spec?.hubAcceptsClient) return wasAccepted(c) || isAutoAcceptPending(c, config);
-  if (!hasCondition(c.status?.conditions, acceptedCondition) || !c.metadata.finalizers?.includes(ClusterFinalizer.ApiResourceCleanup)) return true;
-  if (!found.namespaces.has(`/${name}`)) return true;
+  if (!hasCondition(c.status?.conditions, acceptedCondition) || !acceptedFinalizers.every((f) => c.metadata.finalizers?.includes(f))) return true;
+  const namespace = found.namespaces.get(`/${name}`);
+  // none, or one labelled for another cluster: the reconcile creates it, or refuses the cluster
+  if (!namespace || !isClusterNamespace(namespace, name)) return true;
+  if (!found.leases.has(`${name}/${ManagedClusterLeaseName}`)) return true;
   const work = found.bindings.get(`${name}/${HubRbacName.workRoleBinding(name)}`);
   return (
     wouldWrite(found.roles.get(`/${HubRbacName.cluster(name)}`), clusterRole(name, true), ["rules"]) ||
@@ -123,8 +145,23 @@ export function needsLook(c: ManagedCluster, found: Found, config: Config): bool
   );
 }
 
-// OCM requeues after 5 s while ManifestWorks keep the work RoleBinding's finalizer in place.
-const WORKS_REMAIN_RECHECK_MS = 5_000;
+// A wait (ManifestWorks holding the work RoleBinding's finalizer, add-ons or works of a deleted cluster
+// still there) is rechecked after 5 s as OCM does, then ever later while it stays the same, up to the
+// resync period; it is logged when it starts or changes, not at every look.
+const WAIT_FIRST_RECHECK_MS = 5_000;
+const WAIT_MAX_RECHECK_MS = 60_000;
+const waits = new Map<string, { what: string; looks: number }>();
+
+function waitFor(io: Io<Config>, cluster: string, what: string, fields: object): Outcome {
+  const key = `${io.config.hubCluster}/${cluster}`;
+  const state = `${what} ${JSON.stringify(fields)}`;
+  const last = waits.get(key);
+  const looks = last?.what === state ? last.looks + 1 : 0;
+  waits.set(key, { what: state, looks });
+  if (looks === 0) io.log.info({ cluster, ...fields }, what);
+  return { recheckInMs: Math.min(WAIT_MAX_RECHECK_MS, WAIT_FIRST_RECHECK_MS * 2 ** looks) };
+}
+const waitOver = (io: Io<Config>, cluster: string) => waits.delete(`${io.config.hubCluster}/${cluster}`);
 
 // A labelled object wakes the cluster its cluster-name label names.
 async function keysOfLabelled(event: ObjectEvent, io: Io<Config>, resource: ApiResource): Promise<KeysOrSkip> {
@@ -154,17 +191,22 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const name = key.name;
   let cluster = await hub.get<ManagedCluster>(ManagedClusterResource, name);
   if (!cluster) {
-    io.log.info({ cluster: name }, "cluster is gone: removing its RBAC");
-    return removeClusterRbac(io, hub, name);
-  }
-  if (cluster.metadata.deletionTimestamp) {
-    const outcome = await removeClusterRbac(io, hub, name);
-    if ("recheckInMs" in outcome) return outcome;
-    await removeFinalizer(hub, ManagedClusterResource, cluster, ClusterFinalizer.ApiResourceCleanup);
-    io.log.info({ cluster: name }, "cluster is deleting: RBAC removed, finalizer released");
+    const works = await removeClusterRbac(hub, name);
+    if (works) return worksWait(io, name, works);
+    waitOver(io, name);
+    io.log.info({ cluster: name }, "cluster is gone: its RBAC removed");
     return done;
   }
-  if (isAutoAcceptPending(cluster, io.config) && (await bootstrappedByAutoApprovalUser(hub, name, io.config.autoApprovalUsers))) {
+  if (cluster.metadata.deletionTimestamp) return cleanUp(io, hub, cluster);
+  // Refused before anything is written for the cluster, whatever hubAcceptsClient or a CSR says.
+  if (isReservedClusterName(name)) return refuse(io, hub, cluster, reservedCondition(name));
+  const autoAccepting = isAutoAcceptPending(cluster, io.config) && (await bootstrappedByAutoApprovalUser(hub, name, io.config.autoApprovalUsers));
+  let namespace: KubeObject | undefined;
+  if (autoAccepting || cluster.spec?.hubAcceptsClient) {
+    namespace = await hub.get(NamespaceResource, name);
+    if (namespace && !isClusterNamespace(namespace, name)) return refuse(io, hub, cluster, namespaceNotOwnedCondition(name));
+  }
+  if (autoAccepting) {
     cluster = await autoAccept(hub, cluster, io.clock.now());
     io.log.info({ cluster: name }, "auto-accepted: its bootstrap CSR came from an auto-approval user");
   }
@@ -175,7 +217,36 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
     }
     return deny(io, hub, cluster);
   }
-  return accept(io, hub, cluster);
+  return accept(io, hub, cluster, namespace);
+}
+
+// Issue 23: the namespace <cluster> is the cluster's only when it carries the cluster-name label with
+// that name: set when this function creates it, or by an admin who made it for the cluster. Any other
+// namespace of that name was made for something else (kube-system, an application's), and the agent's
+// RoleBindings and lease in it would hand the agent whatever lives there. OCM adopts it; we refuse.
+const isClusterNamespace = (ns: KubeObject, cluster: string) => (ns.metadata as { labels?: Record<string, string> }).labels?.[ClusterLabel.ClusterName] === cluster;
+
+// Creates the cluster namespace, or finds it already the cluster's; it never labels an existing one.
+async function ensureClusterNamespace(hub: KubeClient, cluster: string, read: KubeObject | undefined): Promise<void> {
+  if (read) return; // the caller has checked it is the cluster's
+  try {
+    await hub.create(NamespaceResource, clusterNamespace(cluster));
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+    const now = await hub.get(NamespaceResource, cluster);
+    if (!now || !isClusterNamespace(now, cluster)) throw new Error(namespaceNotOwnedCondition(cluster).message);
+  }
+}
+
+// A refused cluster gets its verdict in HubAcceptedManagedCluster and nothing else: no namespace, RBAC,
+// lease, finalizer or auto-acceptance. A cluster refused after an acceptance (its namespace replaced)
+// also loses what its ClusterRole granted beyond reading its ManagedCluster, as after a deny.
+async function refuse(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, condition: NewCondition): Promise<Outcome> {
+  const name = cluster.metadata.name;
+  if (await hub.get(ClusterRoleResource, HubRbacName.cluster(name))) await createOrUpdate(hub, ClusterRoleResource, clusterRole(name, false), ["rules"]);
+  const written = await writeAccepted(hub, cluster, condition, io.clock.now());
+  if (written) io.log.warn({ cluster: name, reason: condition.reason }, `not accepted: ${condition.message}`);
+  return done;
 }
 
 export const wasAccepted = (c: ManagedCluster) => isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted);
@@ -191,7 +262,7 @@ export function isAutoAcceptPending(c: ManagedCluster, config: Config): boolean 
 
 async function bootstrappedByAutoApprovalUser(hub: KubeClient, cluster: string, autoApproval: readonly string[]): Promise<boolean> {
   const { items } = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, {
-    labelSelector: `${ClusterLabel.ClusterName}=${cluster},!${AddonNameLabel}`,
+    labelSelector: labelsQuery({ [ClusterLabel.ClusterName]: cluster }, { absent: [AddonNameLabel] }),
     fieldSelector: `spec.signerName=${KubeAPIServerClientSignerName}`,
   });
   for (const csr of items) {
@@ -212,7 +283,7 @@ async function autoAccept(hub: KubeClient, c: ManagedCluster, now: Date): Promis
   return hub.patch<ManagedCluster>(ManagedClusterResource, c.metadata.name, patch);
 }
 
-async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster): Promise<Outcome> {
+async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, namespace: KubeObject | undefined): Promise<Outcome> {
   const name = cluster.metadata.name;
   // OCM collects the apply errors into the condition instead of stopping at the first.
   const errors: unknown[] = [];
@@ -223,8 +294,9 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster):
       errors.push(err);
     }
   };
-  await attempt(() => createOrUpdate(hub, NamespaceResource, clusterNamespace(name), []));
-  const finalized = await addFinalizer(hub, ManagedClusterResource, cluster, ClusterFinalizer.ApiResourceCleanup);
+  await attempt(() => ensureClusterNamespace(hub, name, namespace));
+  let finalized = cluster;
+  for (const f of acceptedFinalizers) finalized = await addFinalizer(hub, ManagedClusterResource, finalized, f);
   // A joining agent waits for all of these, so each wave is written at once.
   const [roles, bindings] = acceptedRbacSteps(hub, name);
   await Promise.all([...roles!, () => createLeaseIfMissing(hub, name, io.clock.now())].map(attempt));
@@ -244,17 +316,19 @@ async function deny(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster): P
   const name = cluster.metadata.name;
   await createOrUpdate(hub, ClusterRoleResource, clusterRole(name, false), ["rules"]);
   await createOrUpdate(hub, ClusterRoleBindingResource, clusterRoleBinding(name), ["subjects"]);
-  const outcome = await removeRoleBindings(io, hub, name);
+  const works = await removeRoleBindings(hub, name);
   // As OCM: the condition waits until the work agent has cleaned up the cluster's ManifestWorks.
-  if ("recheckInMs" in outcome) return outcome;
+  if (works) return worksWait(io, name, works);
+  waitOver(io, name);
   await writeAccepted(hub, cluster, deniedCondition, io.clock.now());
   io.log.info({ cluster: name }, "denied: agent RBAC narrowed to reading its cluster");
   return done;
 }
 
-async function writeAccepted(hub: KubeClient, cluster: ManagedCluster, condition: NewCondition, now: Date): Promise<void> {
+// The cluster as written, or undefined when the condition was already so.
+async function writeAccepted(hub: KubeClient, cluster: ManagedCluster, condition: NewCondition, now: Date): Promise<ManagedCluster | undefined> {
   const conditions = setCondition(cluster.status?.conditions, condition, now);
-  await patchStatusIfChanged(hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
+  return patchStatusIfChanged(hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
 }
 
 const acceptedCondition: NewCondition = {
@@ -277,28 +351,109 @@ export const acceptErrorCondition = (errors: readonly unknown[]): NewCondition =
   message: errors.map(messageOf).join("\n"),
 });
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
+const reservedCondition = (cluster: string): NewCondition => ({
+  type: ManagedClusterConditionType.HubAccepted,
+  status: "False",
+  reason: ManagedClusterReason.ClusterNameReserved,
+  message: reservedClusterNameMessage(cluster),
+});
+const namespaceNotOwnedCondition = (cluster: string): NewCondition => ({
+  type: ManagedClusterConditionType.HubAccepted,
+  status: "False",
+  reason: ManagedClusterReason.ClusterNamespaceNotOwned,
+  message:
+    `namespace "${cluster}" exists and was not made for cluster "${cluster}" (it lacks the label ${ClusterLabel.ClusterName}=${cluster}), ` +
+    `so the hub does not take it over: register the cluster under another name, or remove that namespace, or label it so if it was made for this cluster`,
+});
 
-// Cluster gone or deleting: its ClusterRole, ClusterRoleBinding and both RoleBindings go.
-async function removeClusterRbac(io: Io<Config>, hub: KubeClient, cluster: string): Promise<Outcome> {
+// An accepted cluster carries both: the RBAC cleanup's (OCM's managed cluster controller) and the
+// resource cleanup's (OCM's gc controller, gate ResourceCleanup, on by default). OCM's gc puts the
+// second on every cluster; we put it where there is something to clean, on acceptance: a cluster never
+// accepted has no namespace of its own.
+const acceptedFinalizers = [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup];
+
+// A deleted cluster (OCM's gc, pkg/registration/hub/gc): what its agents were given in its namespace is
+// deleted first, kind by kind in this order, the next kind only once the last is gone; within a kind
+// the lowest cleanup priority first. Its RBAC goes meanwhile (the work RoleBinding waits for the works,
+// so the work agent can still remove what it applied). The namespace stays, as in OCM.
+const cleanupOrder = [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource] as const;
+
+async function cleanUp(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster): Promise<Outcome> {
+  const name = cluster.metadata.name;
+  const remaining = await deleteNamespaceResources(hub, name);
+  const deleting: NewCondition = remaining
+    ? {
+        type: ManagedClusterConditionType.Deleting,
+        status: "False",
+        reason: ManagedClusterReason.ResourceRemaining,
+        message: `${remaining.count} ${remaining.plural} remain in the cluster namespace, ${remaining.pending} of them waiting for finalizers`,
+      }
+    : { type: ManagedClusterConditionType.Deleting, status: "True", reason: ManagedClusterReason.NoResource, message: "No resource remains in the cluster namespace" };
+  const current = (await patchStatusIfChanged(hub, ManagedClusterResource, cluster, { ...cluster.status, conditions: setCondition(cluster.status?.conditions, deleting, io.clock.now()) })) ?? cluster;
+  const works = await removeClusterRbac(hub, name);
+  if (remaining) return waitFor(io, name, `cluster is deleting: ${remaining.plural} remain in its namespace`, { remaining: remaining.count, pending: remaining.pending });
+  if (works) return worksWait(io, name, works);
+  const finalizers = current.metadata.finalizers ?? [];
+  const kept = finalizers.filter((f) => !(acceptedFinalizers as string[]).includes(f));
+  if (kept.length !== finalizers.length) {
+    await hub.patch(ManagedClusterResource, name, { metadata: { resourceVersion: current.metadata.resourceVersion, finalizers: kept } });
+  }
+  waitOver(io, name);
+  io.log.info({ cluster: name }, "cluster is deleting: its add-ons and works deleted, RBAC removed, finalizers released");
+  return done;
+}
+
+type Remaining = { plural: string; count: number; pending: number };
+
+// Deletes the first kind still present in the cluster's namespace, its lowest cleanup priority; says
+// what remains, or undefined when nothing does. Only in the cluster's own namespace: one of that name
+// made for something else is none of this cluster's business.
+async function deleteNamespaceResources(hub: KubeClient, cluster: string): Promise<Remaining | undefined> {
+  const namespace = await hub.get(NamespaceResource, cluster);
+  if (!namespace || !isClusterNamespace(namespace, cluster)) return undefined;
+  for (const resource of cleanupOrder) {
+    const { items } = await hub.list(resource, { namespace: cluster });
+    if (items.length === 0) continue;
+    const first = Math.min(...items.map(cleanupPriority));
+    for (const o of items) {
+      if (cleanupPriority(o) === first && !o.metadata.deletionTimestamp) await hub.delete(resource, o.metadata.name!, cluster);
+    }
+    const pending = items.filter((o) => ((o.metadata as { finalizers?: string[] }).finalizers?.length ?? 0) > 0).length;
+    return { plural: resource.plural, count: items.length, pending };
+  }
+  return undefined;
+}
+
+// OCM's annotation: an integer from 0 to 100; anything else counts as 0 (deleted first).
+function cleanupPriority(o: KubeObject): number {
+  const value = (o.metadata as { annotations?: Record<string, string> }).annotations?.[ClusterAnnotation.CleanupPriority];
+  if (value === undefined || !/^[+-]?\d+$/.test(value)) return 0;
+  const n = Number(value);
+  return n >= 0 && n <= 100 ? n : 0;
+}
+
+// Cluster gone or deleting: its ClusterRole, ClusterRoleBinding and both RoleBindings go. Says how many
+// ManifestWorks the work RoleBinding waits for, or undefined once all are gone.
+async function removeClusterRbac(hub: KubeClient, cluster: string): Promise<number | undefined> {
   await hub.delete(ClusterRoleBindingResource, HubRbacName.cluster(cluster));
   await hub.delete(ClusterRoleResource, HubRbacName.cluster(cluster));
-  return removeRoleBindings(io, hub, cluster);
+  return removeRoleBindings(hub, cluster);
 }
 
 // The work RoleBinding keeps its finalizer until namespace <cluster> holds no ManifestWork, so the
-// work agent can still remove what it applied.
-async function removeRoleBindings(io: Io<Config>, hub: KubeClient, cluster: string): Promise<Outcome> {
+// work agent can still remove what it applied. No work RoleBinding left, nothing to wait for.
+// Says how many ManifestWorks it waits for, or undefined once done.
+async function removeRoleBindings(hub: KubeClient, cluster: string): Promise<number | undefined> {
   await hub.delete(RoleBindingResource, HubRbacName.registrationRoleBinding(cluster), cluster);
   await hub.delete(RoleBindingResource, HubRbacName.workRoleBinding(cluster), cluster);
-  const works = await hub.list(ManifestWorkResource, { namespace: cluster });
-  if (works.items.length > 0) {
-    io.log.info({ cluster, works: works.items.length }, "work RoleBinding kept: ManifestWorks remain");
-    return { recheckInMs: WORKS_REMAIN_RECHECK_MS };
-  }
   const workBinding = await hub.get(RoleBindingResource, HubRbacName.workRoleBinding(cluster), cluster);
-  if (workBinding) await removeFinalizer(hub, RoleBindingResource, workBinding, WorkFinalizer.ManifestWorkCleanup);
-  return done;
+  if (!workBinding) return undefined;
+  const works = await hub.list(ManifestWorkResource, { namespace: cluster });
+  if (works.items.length > 0) return works.items.length;
+  await removeFinalizer(hub, RoleBindingResource, workBinding, WorkFinalizer.ManifestWorkCleanup);
+  return undefined;
 }
+const worksWait = (io: Io<Config>, cluster: string, works: number) => waitFor(io, cluster, "work RoleBinding kept: ManifestWorks remain", { works });
 
 // Ordered so that every role exists before its binding: the API server's bind check resolves the role
 // to confirm the writer holds all its permissions.

@@ -1,7 +1,7 @@
 // Judges from a ManagedCluster's lease on the hub whether its agent is alive and its clock in step
 // with the hub (ocm-protocol §4.3): Available=Unknown once the lease is too old, and ClockSynced. It
 // creates a missing lease and schedules the next look for the moment the lease would expire.
-import { createClusterLease, type Lease } from "../../shared/cluster-lease.ts";
+import { createClusterLease, gracePeriodMs, leaseExpiresAt, type Lease } from "../../shared/cluster-lease.ts";
 import { z } from "zod";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
@@ -14,7 +14,6 @@ import { LeaseResource } from "../../shared/api/kube.ts";
 import {
   ClusterAnnotation,
   ClusterLabel,
-  DefaultLeaseDurationSeconds,
   ManagedClusterConditionType,
   ManagedClusterLeaseName,
   ManagedClusterReason,
@@ -120,12 +119,6 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
 // OCM watches every cluster that ever had the HubAccepted condition, also after a deny.
 export const wasEverAccepted = (c: ManagedCluster) => findCondition(c.status?.conditions, ManagedClusterConditionType.HubAccepted) !== undefined;
 
-// OCM: grace = 5 × leaseDurationSeconds, and 0 means the default (FIX #183: a zero grace period
-// rewrote the condition without end).
-export function gracePeriodMs(cluster: ManagedCluster, multiplier: number): number {
-  return multiplier * (cluster.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1000;
-}
-
 export type LeaseVerdict = { expired: boolean; condition?: NewCondition; recheckInMs: number };
 
 // Expired once now ≥ last renewal + grace. A fresh lease is looked at again exactly when it would
@@ -133,16 +126,13 @@ export type LeaseVerdict = { expired: boolean; condition?: NewCondition; recheck
 // Recovery is the agent's: it sets Available=True itself, so nothing here stands in its way.
 export function judgeLease(o: { lease: Lease; cluster: ManagedCluster; now: Date; multiplier: number }): LeaseVerdict {
   const grace = gracePeriodMs(o.cluster, o.multiplier);
-  const expiresAt = lastRenewal(o.lease) + grace;
+  const expiresAt = leaseExpiresAt(o.lease, o.cluster, o.multiplier);
   const now = o.now.getTime();
   if (now < expiresAt) return { expired: false, recheckInMs: expiresAt - now };
   // OCM leaves an Unknown condition alone, whatever its reason
   const alreadyUnknown = findCondition(o.cluster.status?.conditions, ManagedClusterConditionType.Available)?.status === "Unknown";
   return { expired: true, condition: alreadyUnknown ? undefined : availableUnknown, recheckInMs: grace };
 }
-
-// A lease nobody ever renewed counts from its creation (OCM would crash on it).
-const lastRenewal = (lease: Lease) => Date.parse(lease.spec?.renewTime ?? lease.spec?.acquireTime ?? lease.metadata.creationTimestamp ?? "") || 0;
 
 // OCM compares the hub's now with renewTime at the moment it sees a renewal, and at no other time.
 // A function also runs on ticks and cluster events, later. While the lease is fresh that changes

@@ -1,8 +1,9 @@
 // Keeps ManagedClusterSets and their bindings on the hub as OCM's DefaultClusterSet, GlobalClusterSet,
-// ManagedClusterSet and ManagedClusterSetBinding controllers do: "default" and "global" exist with their
-// fixed selectors, clusters without a set join "default" (OCM's mutating webhook, gate DefaultClusterSet),
-// each set says whether it selects any cluster (ClusterSetEmpty), and each binding whether its set
-// exists (Bound). The root kind is ManagedClusterSet, keyed by name; a binding is named after its set.
+// ManagedClusterSet, ManagedNamespace and ManagedClusterSetBinding controllers do: "default" and "global"
+// exist with their fixed selectors, clusters without a set join "default" (OCM's mutating webhook, gate
+// DefaultClusterSet), each set says whether it selects any cluster (ClusterSetEmpty), each cluster's
+// status lists the managed namespaces of its sets (managed-namespaces.ts), and each binding says whether
+// its set exists (Bound). The root kind is ManagedClusterSet, keyed by name; a binding is named after its set.
 import { isDeepStrictEqual } from "node:util";
 import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
@@ -13,6 +14,8 @@ import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setSelector } from "../../shared/cluster-set-members.ts";
+import { writeManagedNamespaces } from "./managed-namespaces.ts";
+import { fieldSelectorOf } from "../../shared/selector-query.ts";
 import {
   ClusterLabel,
   DefaultClusterSetName,
@@ -98,6 +101,7 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   if (fixed) set = await keepFixedSet(io, hub, { name: key.name, fixed, found: set });
   if (key.name === DefaultClusterSetName) await labelClustersWithoutSet(io, hub);
   if (set && !set.metadata.deletionTimestamp) await writeSetStatus(io, hub, set);
+  await writeManagedNamespaces(io, hub, key.name);
   await writeBindingStatuses(io, hub, { set: key.name, exists: set !== undefined });
   return done;
 }
@@ -192,7 +196,7 @@ export function boundCondition(setExists: boolean): NewCondition {
 }
 
 async function writeBindingStatuses(io: Io<Config>, hub: KubeClient, { set: setName, exists }: { set: string; exists: boolean }): Promise<void> {
-  const { items } = await hub.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: `metadata.name=${setName}` });
+  const { items } = await hub.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: fieldSelectorOf({ "metadata.name": setName }) });
   const condition = boundCondition(exists);
   for (const binding of items) {
     const where = { binding: `${binding.metadata.namespace}/${binding.metadata.name}`, set: setName };

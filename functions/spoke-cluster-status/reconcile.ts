@@ -8,11 +8,10 @@
 // ConfigMap on the spoke. The health record costs one more GET, and a write only when the hash or the
 // outcome changes. Nothing extra reaches the hub.
 import { isDeepStrictEqual } from "node:util";
-import { z } from "zod";
 import { ClusterClaimResource, ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
-import { NodeResource, SecretResource } from "../../shared/api/kube.ts";
+import { NamespaceResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
 import { ClusterEventReason } from "../../shared/api/health.ts";
-import { availableEventMessage, ClockOutOfSyncMessage, MaxCustomClusterClaimsDefault, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
+import { availableEventMessage, ClockOutOfSyncMessage, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { HealthKey, mergeSettings, readActiveSettings, recordHealth, type AgentSettings, type HealthObservation } from "../../shared/agent-config.ts";
 import { isConflict } from "../../shared/kube/errors.ts";
@@ -22,62 +21,41 @@ import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
-import { recordEvent, type EventType } from "../../shared/kube/event-recorder.ts";
-import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
+import { recordEvent } from "../../shared/kube/event-recorder.ts";
+import { ConfigSchema, configFromEnv, type Config } from "./config.ts";
+import type { Notice, Status, StatusSettings, Step, StepContext, StepResult } from "./step.ts";
 import { available } from "./steps/available.ts";
 import { claims } from "./steps/claims.ts";
 import { joined } from "./steps/joined.ts";
 import { resources } from "./steps/resources.ts";
+import { isManagedNamespace, managedNamespaces } from "./steps/managed-namespaces.ts";
+import { fieldSelectorOf } from "../../shared/selector-query.ts";
 
-export const ConfigSchema = SpokeAgentSettingsSchema.extend({
-  // OCM's --max-custom-cluster-claims
-  maxCustomClusterClaims: z.int().min(0).default(MaxCustomClusterClaimsDefault),
-  // OCM's --reserved-cluster-claim-suffixes: claims named with one of these endings count as reserved
-  reservedClaimSuffixes: z.array(z.string().min(1)).default([]),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    ...spokeAgentSettingsFromEnv(env),
-    maxCustomClusterClaims: env.MAX_CUSTOM_CLUSTER_CLAIMS ? Number(env.MAX_CUSTOM_CLUSTER_CLAIMS) : undefined,
-    reservedClaimSuffixes: commaList.parse(env.RESERVED_CLUSTER_CLAIM_SUFFIXES),
-  });
-}
-
-export type Status = NonNullable<ManagedCluster["status"]>;
-// An event for the hub, recorded in namespace <cluster> about the ManagedCluster once the status is settled.
-export type Notice = { type: EventType; reason: string; message: string };
-export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config>; notices: Notice[]; settings: StatusSettings };
-
-// What this function runs with: the active agent settings over its install-time configuration.
-// statusSyncIntervalMs absent: no recheck of its own, the resync ticks alone bring it back.
-export type StatusSettings = { hash: string; maxCustomClusterClaims: number; statusSyncIntervalMs?: number };
+export { ConfigSchema, configFromEnv, type Config };
+export type { Notice, Status, StatusSettings, Step, StepContext, StepResult } from "./step.ts";
 
 export function statusSettings(c: Config, hash: string, active: AgentSettings): StatusSettings {
   const s = mergeSettings({ clusterClaimLimit: c.maxCustomClusterClaims }, active);
   return { hash, maxCustomClusterClaims: s.clusterClaimLimit ?? c.maxCustomClusterClaims, ...(s.statusSyncIntervalSeconds ? { statusSyncIntervalMs: s.statusSyncIntervalSeconds * 1000 } : {}) };
 }
-// A recheck also ends the chain: the step could not decide yet and wants to be called again that soon.
-export type StepResult = "continue" | "stop" | { stopAndRecheckInMs: number };
-export type Step = (draft: Status, ctx: StepContext) => StepResult | Promise<StepResult>;
-
 // OCM's order: availability before resources and claims, because a failing API server has nothing
 // trustworthy to report; nothing at all until the hub has accepted the cluster.
-const steps: readonly Step[] = [joined, available, resources, claims];
+const steps: readonly Step[] = [joined, available, resources, claims, managedNamespaces];
 
 // One key per agent: its cluster. The ManagedCluster on the hub (the relay watches it by name), the hub
-// kubeconfig secret, and any node or claim on the spoke (they may change capacity, allocatable or the
-// exposed claims) wake it; so does every resync tick.
+// kubeconfig secret, any node or claim on the spoke (they may change capacity, allocatable or the
+// exposed claims) and any namespace labelled as a hub's managed one wake it; so does every resync tick.
 export const fn = defineFunction({
   name: "spoke-cluster-status",
   config: ConfigSchema,
   env: configFromEnv,
   watches: (c) => [
-    { cluster: c.hubCluster, resource: ManagedClusterResource, fieldSelector: `metadata.name=${c.clusterName}`, mode: "Resource", keys: (e) => (e.ref.name === c.clusterName ? [clusterKey(c)] : skipOf(e)) },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, fieldSelector: fieldSelectorOf({ "metadata.name": c.clusterName }), mode: "Resource", keys: (e) => (e.ref.name === c.clusterName ? [clusterKey(c)] : skipOf(e)) },
     { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Either", keys: (e) => (e.ref.name === c.hubSecret ? [clusterKey(c)] : skipOf(e)) },
     { cluster: c.managementCluster, resource: NodeResource, mode: "Either", keys: () => [clusterKey(c)] },
     { cluster: c.managementCluster, resource: ClusterClaimResource, mode: "Either", keys: () => [clusterKey(c)] },
+    // a managed namespace deleted or relabelled by someone else is put back (steps/managed-namespaces.ts)
+    { cluster: c.managementCluster, resource: NamespaceResource, mode: "Resource", keys: (e) => (isManagedNamespace(e.object) ? [clusterKey(c)] : skipOf(e)) },
   ],
   resyncSeconds: 60,
   // the cluster's key whatever cluster the tick names: it is the only thing this function reconciles
@@ -133,11 +111,12 @@ type Synced = { status: "written" | "unchanged" | "withheld" | "no-cluster"; ran
 
 // Reads the ManagedCluster, runs the steps and writes the difference. Throws what the hub answered when
 // it could not be read or written; a step's own failure is returned, for after the record.
-async function syncStatus(ctx: StepContext): Promise<Synced> {
-  const { io, hub } = ctx;
+async function syncStatus(o: Omit<StepContext, "cluster">): Promise<Synced> {
+  const { io, hub } = o;
   const c = io.config;
   const cluster = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);
   if (!cluster) return { status: "no-cluster", ran: {} };
+  const ctx: StepContext = { ...o, cluster };
   const before: Status = cluster.status ?? {};
   const draft: Status = structuredClone(before);
   const ran = await runSteps(draft, ctx);

@@ -29,6 +29,12 @@ export const AddOnMessage = {
   Completed: "completed with no errors.",
   templateNotFound: (cluster: string, addon: string) => `addon ${cluster}/${addon} template not found in status`,
   templateHashEmpty: (addon: string) => `addon ${addon} template desired spec hash is empty`,
+  // Available of an add-on probed through its works (addon-framework health check)
+  WorkNotFound: "Addon manifestWork is not found",
+  WorkNotAppliedYet: "Addon manifestWork is not applied yet",
+  NoProbeResult: "Probe results are not returned",
+  probeUnavailable: (err: string) => `Probe addon unavailable with err ${err}`,
+  probeAvailable: (addon: string) => `${addon} add-on is available.`,
 } as const;
 
 // Progressing reasons that AddOnReason spells for other conditions too.

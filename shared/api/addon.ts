@@ -1,5 +1,6 @@
 // Group addon.open-cluster-management.io: ClusterManagementAddOn, ManagedClusterAddOn and
-// AddOnDeploymentConfig (v1alpha1 storage, v1beta1 served), AddOnTemplate (v1alpha1), and OCM's add-on strings.
+// AddOnDeploymentConfig (v1alpha1 storage; v1beta1 declared, served only for AddOnDeploymentConfig: see
+// shared/api/crds.ts), AddOnTemplate (v1alpha1), and OCM's add-on strings.
 import { z } from "zod";
 import { RolloutStrategySchema } from "./cluster.ts";
 import { ResourceRequirementsSchema, TolerationSchema } from "./core.ts";
@@ -8,7 +9,8 @@ import { ManifestWorkSpecSchema } from "./work.ts";
 
 export const AddOnGroup = "addon.open-cluster-management.io";
 
-// v1alpha1 is the storage version; current OCM controllers read and write v1beta1.
+// v1alpha1 is the storage version, and the one OCM v1.2.0's controllers and agents and clusteradm v1.3.1
+// read and write (only OCM's conversion webhook uses v1beta1).
 export const ClusterManagementAddOnV1alpha1Resource = {
   group: AddOnGroup,
   version: "v1alpha1",
@@ -16,23 +18,9 @@ export const ClusterManagementAddOnV1alpha1Resource = {
   plural: "clustermanagementaddons",
   namespaced: false,
 } as const satisfies ApiResource;
-export const ClusterManagementAddOnV1beta1Resource = {
-  group: AddOnGroup,
-  version: "v1beta1",
-  kind: "ClusterManagementAddOn",
-  plural: "clustermanagementaddons",
-  namespaced: false,
-} as const satisfies ApiResource;
 export const ManagedClusterAddOnV1alpha1Resource = {
   group: AddOnGroup,
   version: "v1alpha1",
-  kind: "ManagedClusterAddOn",
-  plural: "managedclusteraddons",
-  namespaced: true,
-} as const satisfies ApiResource;
-export const ManagedClusterAddOnV1beta1Resource = {
-  group: AddOnGroup,
-  version: "v1beta1",
   kind: "ManagedClusterAddOn",
   plural: "managedclusteraddons",
   namespaced: true,

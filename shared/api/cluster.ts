@@ -91,6 +91,9 @@ export const ManagedClusterReason = {
   ResourceRemaining: "ResourceRemaining",
   DeletingError: "DeletingError",
   NoResource: "NoResource",
+  // ours, not OCM's: acceptance refused whatever hubAcceptsClient says (functions/cluster-acceptor)
+  ClusterNameReserved: "ClusterNameReserved",
+  ClusterNamespaceNotOwned: "ClusterNamespaceNotOwned",
 } as const;
 export type ManagedClusterReason = (typeof ManagedClusterReason)[keyof typeof ManagedClusterReason];
 
@@ -133,6 +136,8 @@ export const ClusterAnnotation = {
   SkipClockSyncCheck: "registration.open-cluster-management.io/skip-clock-sync-check",
   CleanupPriority: "open-cluster-management.io/cleanup-priority",
 } as const;
+// "true" on a Placement: OCM's scheduler leaves it alone, and its decisions are written by someone else.
+export const PlacementDisableAnnotation = "cluster.open-cluster-management.io/experimental-scheduling-disable";
 // --cluster-annotations only passes keys with this prefix.
 export const AgentAnnotationPrefix = "agent.open-cluster-management.io";
 
@@ -140,6 +145,21 @@ export const ClusterFinalizer = {
   ApiResourceCleanup: "cluster.open-cluster-management.io/api-resource-cleanup",
   ResourceCleanup: "cluster.open-cluster-management.io/resource-cleanup",
 } as const;
+
+// Ours, stricter than OCM: names no cluster may have. A cluster's name is its namespace's name on the
+// hub, and these are the namespaces of Kubernetes (default, kube-*) and of the hub itself (OCM's
+// open-cluster-management*, Knative's knative-*): a cluster so named would be granted rights in them.
+// The admission policy managedclustervalidators (manifests/hub/admission-policies.yaml) refuses the
+// same names in CEL, the csr-approver approves no certificate for them, the cluster-acceptor accepts none.
+export const ReservedClusterNames = { exact: ["default"], prefixes: ["kube-", "knative-", "open-cluster-management"] } as const;
+
+export function isReservedClusterName(name: string): boolean {
+  return (ReservedClusterNames.exact as readonly string[]).includes(name) || ReservedClusterNames.prefixes.some((p) => name.startsWith(p));
+}
+
+// Why a reserved name is refused; the admission policy's message says the same.
+export const reservedClusterNameMessage = (name: string) =>
+  `cluster name "${name}" is reserved: a cluster's namespace on the hub is named after it, and default, kube-*, knative-* and open-cluster-management* are the namespaces of Kubernetes and of the hub itself`;
 
 // Lease in namespace <cluster> on the hub; holderIdentity is the same string.
 export const ManagedClusterLeaseName = "managed-cluster-lease";
@@ -187,11 +207,27 @@ export const ManagedClusterSpecSchema = z.looseObject({
   taints: z.array(TaintSchema).optional(),
 });
 
-export const ManagedNamespaceSchema = z.looseObject({
-  name: z.string(),
+// A namespace a ManagedClusterSet has made on each of its clusters (spec.managedNamespaces): a DNS-1123
+// label, as OCM's CRD holds it, so the API server refuses a name no namespace can have.
+export const ManagedNamespaceConfigSchema = z.looseObject({
+  name: z.string().max(63).regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/),
+});
+export type ManagedNamespaceConfig = z.infer<typeof ManagedNamespaceConfigSchema>;
+
+// One entry of a cluster's status.managedNamespaces: the hub fills name and clusterSet from the sets the
+// cluster belongs to, the agent the conditions (type NamespaceAvailable).
+export const ManagedNamespaceSchema = ManagedNamespaceConfigSchema.extend({
   clusterSet: z.string(),
   conditions: conditionList().optional(),
 });
+export type ClusterSetManagedNamespace = z.infer<typeof ManagedNamespaceSchema>;
+
+// The messages OCM's agent writes with a managed namespace's condition, and the label it keeps on one:
+// the key holds the first 63 hex digits of sha256(the hub's server URL), the value is "true" while the
+// namespace is managed and "false" once it has left the list (the namespace itself is kept).
+export const ManagedNamespaceAppliedMessage = "Namespace successfully applied and managed";
+export const managedNamespaceFailedMessage = (error: string) => `Failed to apply namespace: ${error}`;
+export const HubClusterSetLabelPrefix = "clusterset.open-cluster-management.io/";
 
 export const ManagedClusterStatusSchema = z.looseObject({
   conditions: conditionList().optional(),
@@ -230,7 +266,7 @@ export const ManagedClusterSetSchema = z.looseObject({
         })
         .meta({ default: { selectorType: "ExclusiveClusterSetLabel" } })
         .optional(),
-      managedNamespaces: mapList(z.looseObject({ name: z.string() }), ["name"]).optional(),
+      managedNamespaces: mapList(ManagedNamespaceConfigSchema, ["name"]).optional(),
     })
     .meta({ default: { clusterSelector: { selectorType: "ExclusiveClusterSetLabel" } } })
     .optional(),

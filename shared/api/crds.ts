@@ -58,6 +58,17 @@ const displayNameColumn: PrinterColumn = { name: "DISPLAY NAME", type: "string",
 
 // Names, versions and printer columns follow OCM's published CRDs (checked by test/api/crd-conformance.test.ts);
 // the kinds of our own group come last.
+//
+// One difference from OCM: OCM serves v1beta1 of ClusterManagementAddOn and ManagedClusterAddOn through its
+// conversion webhook; we have none, so the API server would hand out the stored v1alpha1 object pruned to
+// v1beta1's schema (registrations as [{}], supportedConfigs and installNamespace gone) and a client that
+// saves it back would erase those fields. Those versions stay declared, unserved (issue 24). OCM v1.2.0's
+// own programs and clusteradm v1.3.1 read and write v1alpha1 only. AddOnDeploymentConfig's versions have
+// the same schema, so serving both loses nothing, and OCM serves both without conversion too.
+export const unconvertible: readonly { kind: string; version: string }[] = [
+  { kind: ClusterManagementAddOnV1alpha1Resource.kind, version: "v1beta1" },
+  { kind: ManagedClusterAddOnV1alpha1Resource.kind, version: "v1beta1" },
+];
 export const kinds: readonly KindDescription[] = [
   {
     group: ClusterGroup,
@@ -172,7 +183,7 @@ export const kinds: readonly KindDescription[] = [
       },
       {
         name: "v1beta1",
-        served: true,
+        served: false, // not served: see `unconvertible`
         storage: false,
         schema: ClusterManagementAddOnV1beta1Schema,
         subresources: status,
@@ -198,7 +209,7 @@ export const kinds: readonly KindDescription[] = [
       },
       {
         name: "v1beta1",
-        served: true,
+        served: false, // not served: see `unconvertible`
         storage: false,
         schema: ManagedClusterAddOnV1beta1Schema,
         subresources: status,

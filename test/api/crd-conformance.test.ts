@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
-import { crds as served } from "../../shared/api/crds.ts";
+import { crds as served, unconvertible } from "../../shared/api/crds.ts";
 import { appliedRecord, manifestStatuses } from "../../functions/work-applier/status.ts";
 
 const ocmApiModule = "open-cluster-management.io/api@v1.3.0";
@@ -188,12 +188,21 @@ describe("CRDs conform to OCM's published open-cluster-management.io/api v1.3.0"
     expect(requiredKinds.filter((k) => !ocm.has(k))).toEqual([]);
   });
 
-  it("matches names, versions, subresources, printer columns and every schema path", () => {
-    const problems = crds.flatMap((crd) => {
+  // OCM serves these through its conversion webhook; without one we declare them unserved (issue 24).
+  const unserved = unconvertible.map((u) => `${u.kind}/${u.version}: served is false, OCM has true`);
+  const allProblems = () =>
+    crds.flatMap((crd) => {
       const theirs = ocm.get(crd.spec.names.kind);
       return theirs ? compareCrds(theirs, crd as unknown as Crd) : [`${crd.spec.names.kind}: not published by OCM`];
     });
-    expect(problems).toEqual([]);
+
+  it("matches names, versions, subresources, printer columns and every schema path, but for the versions it cannot convert", () => {
+    expect(allProblems().filter((p) => !unserved.includes(p))).toEqual([]);
+  });
+
+  it("leaves unserved exactly the add-on versions OCM serves only through its conversion webhook, keeping their schemas", () => {
+    expect(unserved).toEqual(["ClusterManagementAddOn/v1beta1: served is false, OCM has true", "ManagedClusterAddOn/v1beta1: served is false, OCM has true"]);
+    expect(allProblems().filter((p) => unserved.includes(p))).toEqual(unserved);
   });
 
   it("reports a removed field and a changed enum by path", () => {

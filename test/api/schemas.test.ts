@@ -153,7 +153,8 @@ describe("API coordinates", () => {
     .map(([name, value]) => ({ name, resource: value as ApiResource }));
 
   it("exist for every served version of every CRD", () => {
-    const served = crds.flatMap((c) => c.spec.versions.map((v) => `${c.spec.names.kind}/${v["name"] as string}`));
+    // v1beta1 of ClusterManagementAddOn and ManagedClusterAddOn is declared but not served (no conversion)
+    const served = crds.flatMap((c) => c.spec.versions.filter((v) => v["served"] === true).map((v) => `${c.spec.names.kind}/${v["name"] as string}`));
     expect(resources.map(({ resource: r }) => `${r.kind}/${r.version}`).sort()).toEqual(served.sort());
   });
 

@@ -134,7 +134,7 @@ describe("availability from the add-on lease", { timeout: FLEET_TEST_MS }, () =>
 });
 
 describe("events", { timeout: FLEET_TEST_MS }, () => {
-  it("wakes the add-on named like a renewed lease, through the real faas-js-runtime server; a malformed event is a 400", async () => {
+  it("wakes the add-on named like a renewed lease, through our CloudEvents HTTP server (shared/cloudevents-server.ts); a malformed event is a 400", async () => {
     const a = agent();
     const { addon, namespace } = await newAddon();
     await renew(addon, namespace, a.clock.now());

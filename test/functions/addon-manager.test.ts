@@ -36,6 +36,7 @@ import { enableAddon } from "../../cli/addon.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { functionIo, startHub, type Hub } from "../support/fixtures.ts";
+import { PROBED_DAEMONSET, PROBED_DEPLOYMENT, PROBED_NAMESPACE, createProbedAddon, reportWork as reportProbedWork, type WorkReport } from "../support/probed-addon.ts";
 
 const HUB = "hub";
 const HELLO = "helloworld";
@@ -230,6 +231,17 @@ describe("deploying the helloworld AddOnTemplate add-on", () => {
       [`addontemplates.${AddOnGroup}//${HELLO}`]: await templateHash(HELLO),
     });
   });
+
+  // Issue 24: v1beta1 of ClusterManagementAddOn is not served, so the garbage collector cannot resolve an
+  // owner reference through it; earlier builds wrote such references.
+  it("replaces an owner reference to the ClusterManagementAddOn through unserved v1beta1 with the v1alpha1 one OCM v1.2.0 writes", async () => {
+    const c = await newCluster();
+    const cma = (await admin.get<ClusterManagementAddOnV1alpha1>(ClusterManagementAddOnV1alpha1Resource, HELLO))!;
+    const stale = { apiVersion: `${AddOnGroup}/v1beta1`, kind: "ClusterManagementAddOn", name: HELLO, uid: cma.metadata.uid!, controller: true, blockOwnerDeletion: true };
+    await admin.create<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { metadata: { name: HELLO, namespace: c, ownerReferences: [stale] }, spec: {} });
+    await reconcile(c, HELLO);
+    expect((await readAddon(c, HELLO)).metadata.ownerReferences).toEqual([{ ...stale, apiVersion: `${AddOnGroup}/v1alpha1` }]);
+  });
 });
 
 describe("configs and their spec hashes", () => {
@@ -340,6 +352,51 @@ describe("oversized add-ons", () => {
   });
 });
 
+// Issue 24 item 4: OCM gives every template add-on the WorkloadAvailability prober, so Available follows
+// the works, not a lease its agent may never renew.
+describe("template add-on health from the deploy work's workload feedback", () => {
+  it("sets healthCheck mode Customized and Available from the WellKnownStatus feedback of the Deployment and DaemonSet: WorkNotApplied, NoProbeResult, ProbeAvailable, ProbeUnavailable", async () => {
+    const c = await newCluster();
+    const addon = `probed-${suffix()}`;
+    await createProbedAddon(admin, addon, c);
+    await reconcile(c, addon);
+    const work = deployWorkName(addon, 0);
+    const deployed = await readAddon(c, addon);
+    expect(deployed.status?.healthCheck).toEqual({ mode: "Customized" });
+    // nothing applied yet: Available is not probed
+    expect(condition(deployed, AddOnConditionType.Available)).toBeUndefined();
+    // the work asks for the feedback the probe reads, for both Deployments
+    expect((await readWork(c, work))!.spec?.manifestConfigs?.map((m) => [m.resourceIdentifier.name, m.feedbackRules])).toEqual([
+      [PROBED_DEPLOYMENT, [{ type: "WellKnownStatus" }]],
+      ["standby", [{ type: "WellKnownStatus" }]],
+      [PROBED_DAEMONSET, [{ type: "WellKnownStatus" }]],
+    ]);
+
+    const steps: { report: WorkReport; then: Partial<NewCondition> }[] = [
+      { report: { available: false }, then: { status: "False", reason: AddOnReason.WorkNotApplied, message: "1 of 4 resources are not available" } },
+      { report: {}, then: { status: "Unknown", reason: AddOnReason.NoProbeResult, message: "Probe results are not returned" } },
+      { report: { status: { replicas: 1, readyReplicas: 1, availableReplicas: 1 } }, then: { status: "True", reason: AddOnReason.ProbeAvailable, message: `${addon} add-on is available.` } },
+      {
+        report: { status: { replicas: 1, readyReplicas: 0, availableReplicas: 0 } },
+        then: { status: "False", reason: AddOnReason.ProbeUnavailable, message: `Probe addon unavailable with err desiredNumberReplicas is 1 but readyReplica is 0 for deployments ${PROBED_NAMESPACE}/${PROBED_DEPLOYMENT}` },
+      },
+      // a DaemonSet needs every scheduled pod ready
+      {
+        report: { status: { replicas: 1, readyReplicas: 1, availableReplicas: 1 }, daemonSet: { desiredNumberScheduled: 2, numberReady: 1, numberAvailable: 1 } },
+        then: { status: "False", reason: AddOnReason.ProbeUnavailable, message: `Probe addon unavailable with err desiredNumberReplicas is 2 but readyReplica is 1 for daemonsets ${PROBED_NAMESPACE}/${PROBED_DAEMONSET}` },
+      },
+      { report: { status: { replicas: 1, readyReplicas: 1, availableReplicas: 1 }, daemonSet: { desiredNumberScheduled: 2, numberReady: 2, numberAvailable: 2 } }, then: { status: "True", reason: AddOnReason.ProbeAvailable } },
+    ];
+    for (const step of steps) {
+      await reportProbedWork(admin, c, work, step.report);
+      await reconcile(c, addon);
+      const a = await readAddon(c, addon);
+      expect(condition(a, AddOnConditionType.Available)).toMatchObject(step.then);
+      expect(a.status?.healthCheck).toEqual({ mode: "Customized" });
+    }
+  });
+});
+
 describe("add-on health while the cluster is Unknown", () => {
   const unknown: NewCondition = { type: ManagedClusterConditionType.Available, status: "Unknown", reason: ManagedClusterReason.ManagedClusterLeaseUpdateStopped, message: "Registration agent stopped updating its lease." };
   const available: NewCondition = { type: ManagedClusterConditionType.Available, status: "True", reason: ManagedClusterReason.ManagedClusterAvailable, message: "Managed cluster is available" };
@@ -365,7 +422,7 @@ describe("add-on health while the cluster is Unknown", () => {
 });
 
 describe("events", () => {
-  it("deploys through the real faas-js-runtime HTTP server, answers 400 to a malformed event, and finds add-ons on a tick", async () => {
+  it("deploys through our CloudEvents HTTP server (shared/cloudevents-server.ts), answers 400 to a malformed event, and finds add-ons on a tick", async () => {
     const c = await newCluster();
     await enableAddon(admin, { addon: HELLO, clusters: [c] });
     const mca = { apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", ...(await readAddon(c, HELLO)) };

@@ -3,9 +3,12 @@
 // cluster's agent.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { isDeepStrictEqual } from "node:util";
-import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ocmAdmissionPolicies, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
-import { classifyError } from "../../shared/kube/errors.ts";
+import { KubeError, classifyError } from "../../shared/kube/errors.ts";
+import { applyManifests } from "../../shared/apply.ts";
 import {
   CertificateSigningRequestResource,
   ClusterRoleBindingResource,
@@ -16,7 +19,17 @@ import {
   RoleBindingResource,
   SubjectAccessReviewResource,
 } from "../../shared/api/kube.ts";
-import { ClusterAnnotation, ClusterFinalizer, ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import {
+  ClusterAnnotation,
+  ClusterFinalizer,
+  ClusterLabel,
+  ManagedClusterConditionType,
+  ManagedClusterLeaseName,
+  ManagedClusterResource,
+  reservedClusterNameMessage,
+  type ManagedCluster,
+} from "../../shared/api/cluster.ts";
+import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
 import { ManifestWorkResource, WorkFinalizer } from "../../shared/api/work.ts";
 import { AgentConfigName, AgentConfigResource } from "../../shared/api/agent-config.ts";
 import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
@@ -25,11 +38,13 @@ import type { CertificateSigningRequest } from "../../shared/api/certificates.ts
 import { findCondition } from "../../shared/conditions.ts";
 import { microTime } from "../../shared/clock.ts";
 import { createCertificateRequest, generateKeyPair } from "../../shared/pki.ts";
-import { handleEvent, serve, type Io, type Reply } from "../../shared/harness.ts";
+import { done, handleEvent, jsonLog, serve, type Io, type Reply } from "../../shared/harness.ts";
 import { fn, spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
 import { clusterRole } from "../../functions/cluster-acceptor/rbac.ts";
+import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
+import { recordingRequests } from "../support/requests.ts";
 import { allowCsrRequests, bootstrapIdentities, functionIo, startHub, type Hub, type Requester } from "../support/fixtures.ts";
 
 const HUB = "hub";
@@ -40,6 +55,7 @@ let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
+let approverIo: Io<csrApprover.Config>;
 let autoApprover: Requester;
 let otherBootstrapper: Requester;
 let edgeBootstrapper: Requester; // an auto-approval user for edge-* clusters only
@@ -50,7 +66,11 @@ beforeAll(async () => {
   await allowCsrRequests(admin, [BOOTSTRAP_GROUP]);
   [autoApprover, otherBootstrapper, edgeBootstrapper] = (await bootstrapIdentities(hub, BOOTSTRAP_GROUP, 3)) as [Requester, Requester, Requester];
   const config = { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*`] };
-  io = await functionIo(hub, spec.name, config, [ManagedClusterResource, ManifestWorkResource]);
+  io = await functionIo(hub, spec.name, config, [ManagedClusterResource, ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource]);
+  approverIo = await functionIo(hub, csrApprover.spec.name, config, [CertificateSigningRequestResource]);
+  // what OCM's cluster-manager grants a bootstrap identity: create its ManagedCluster, request a certificate
+  await applyManifests(admin, readFileSync(join(import.meta.dirname, "..", "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
+  await eventually(() => autoApprover.client.list(ManagedClusterResource)); // the grant has reached the authorizer
 });
 
 afterAll(() => plane?.stop());
@@ -114,7 +134,7 @@ type State = Awaited<ReturnType<typeof stateOf>>;
 
 const acceptedState: Partial<State> = {
   hubAcceptsClient: true,
-  finalizers: [ClusterFinalizer.ApiResourceCleanup],
+  finalizers: [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup],
   condition: "True/HubClusterAdminAccepted/Accepted by hub cluster admin",
   namespace: true,
   clusterRole: "accepted",
@@ -163,7 +183,7 @@ const scenarios: Scenario[] = [
     name: "denies an accepted cluster the admin sets to false: narrower ClusterRole, no RoleBindings, HubClusterAdminDenied",
     given: { hubAcceptsClient: true },
     when: ["reconcile", "admin sets hubAcceptsClient=false"],
-    then: { ...deniedState, finalizers: [ClusterFinalizer.ApiResourceCleanup], namespace: true },
+    then: { ...deniedState, finalizers: [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup], namespace: true },
   },
   { name: "accepts again after a deny", given: { hubAcceptsClient: true }, when: ["reconcile", "admin sets hubAcceptsClient=false", "admin sets hubAcceptsClient=true"], then: acceptedState },
   { name: "auto-accepts a cluster whose bootstrap CSR came from an auto-approval user", given: { hubAcceptsClient: false, bootstrapCsrBy: "auto-approval user" }, when: ["reconcile"], then: { ...acceptedState, autoAccepted: true } },
@@ -201,13 +221,16 @@ describe("accepting and denying clusters", () => {
     if (then === untouchedState) expect((await readCluster(c))!.metadata.resourceVersion).toBe(created.metadata.resourceVersion);
   });
 
-  it("reports HubAcceptedManagedCluster=False/Error with every apply error when the cluster namespace is terminating", async () => {
+  it("reports HubAcceptedManagedCluster=False/Error with every apply error when the cluster namespace is terminating, and answers 422 (terminal)", async () => {
     const c = `c${suffix()}`;
-    await admin.create(NamespaceResource, { metadata: { name: c, finalizers: ["test.invalid/hold"] } });
+    // made by the acceptor for this cluster earlier (labelled), and now going
+    await admin.create(NamespaceResource, { metadata: { name: c, labels: { [ClusterLabel.ClusterName]: c }, finalizers: ["test.invalid/hold"] } });
     await admin.delete(NamespaceResource, c);
     try {
       const reply = await handleEvent(spec, io, clusterEvent(await createCluster(c, true)));
-      expect(reply.statusCode).toBeGreaterThanOrEqual(500); // the source (or the resync) tries again
+      // a namespace being terminated is an admission denial: terminal, so no source retries it; the
+      // resync looks at the cluster again (its namespace is not what acceptance leaves)
+      expect(reply.statusCode).toBe(422);
       const condition = findCondition((await readCluster(c))?.status?.conditions, ManagedClusterConditionType.HubAccepted);
       expect(condition).toMatchObject({ status: "False", reason: "Error" });
       // one line per failed step: both RoleBindings and the lease
@@ -221,15 +244,25 @@ describe("accepting and denying clusters", () => {
     }
   });
 
-  it("writes nothing when an accepted cluster is reconciled again", async () => {
+  it("writes nothing when an accepted cluster is reconciled again: the reconcile of that cluster reads it and sends no write", async () => {
     const c = `c${suffix()}`;
     await deliver(clusterEvent(await createCluster(c, true)));
     const versions = async () =>
-      Promise.all([readCluster(c), admin.get(ClusterRoleResource, HubRbacName.cluster(c)), admin.get(RoleBindingResource, HubRbacName.workRoleBinding(c), c), admin.get(NamespaceResource, c)]).then((objs) =>
-        objs.map((o) => o?.metadata.resourceVersion),
-      );
+      Promise.all([
+        readCluster(c),
+        admin.get(NamespaceResource, c),
+        admin.get(ClusterRoleResource, HubRbacName.cluster(c)),
+        admin.get(ClusterRoleBindingResource, HubRbacName.cluster(c)),
+        admin.get(RoleBindingResource, HubRbacName.registrationRoleBinding(c), c),
+        admin.get(RoleBindingResource, HubRbacName.workRoleBinding(c), c),
+        admin.get(LeaseResource, ManagedClusterLeaseName, c),
+      ]).then((objs) => objs.map((o) => o?.metadata.resourceVersion));
     const before = await versions();
-    await deliver(tickEvent(HUB));
+    expect(before).not.toContain(undefined);
+    const again = recordingRequests(io);
+    expect(await fn.definition.reconcile(again.io, { cluster: HUB, name: c })).toEqual(done);
+    expect(again.requests).toContainEqual({ method: "GET", path: resourcePath(ManagedClusterResource, { name: c }), ok: true }); // it looked at c
+    expect(again.writes()).toEqual([]);
     expect(await versions()).toEqual(before);
   });
 
@@ -262,6 +295,105 @@ describe("accepting and denying clusters", () => {
     expect(Array.isArray(keys) && keys.map((k) => k.name)).toContain(c);
     await deliver(tickEvent(HUB));
     expect(await stateOf(c)).toMatchObject({ cluster: "gone", clusterRole: "none", clusterRoleBinding: "none", registrationRoleBinding: "none" });
+  });
+});
+
+// Issue 23 hole 5: a cluster's name is its namespace's. An auto-approval user allowed any name must not
+// get a cluster into a namespace of Kubernetes or of the hub, nor into one made for something else.
+describe("a cluster may not take over an existing namespace", () => {
+  const bindingResource = { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingAdmissionPolicyBinding", plural: "validatingadmissionpolicybindings", namespaced: false } as const;
+  const clusterPolicy = "managedclustervalidators.admission.cluster.open-cluster-management.io";
+
+  // A ManagedCluster the admission policy refuses today, as one made before the hub enforced the rule:
+  // the admin lifts the policy's binding for this one create and puts it back.
+  async function createPastThePolicy(name: string): Promise<ManagedCluster> {
+    const binding = (ocmAdmissionPolicies() as KubeObject[]).find((d) => d.kind === bindingResource.kind && d.metadata.name === clusterPolicy)!;
+    await admin.delete(bindingResource, clusterPolicy);
+    try {
+      return await eventually(() => createCluster(name, false));
+    } finally {
+      await admin.create(bindingResource, binding);
+      await eventually(async () => {
+        const probe = await admin.create(ManagedClusterResource, { metadata: { name: "admission.probe" }, spec: {} }).then(
+          () => "admitted",
+          (e: unknown) => (e instanceof KubeError ? e.message : String(e)),
+        );
+        if (probe === "admitted") await admin.delete(ManagedClusterResource, "admission.probe");
+        expect(probe).toContain(clusterPolicy);
+      });
+    }
+  }
+
+  type Snapshot = { namespace: unknown; roleBindings: string[]; leases: string[] };
+  async function namespaceSnapshot(ns: string): Promise<Snapshot> {
+    const n = await admin.get<KubeObject & { metadata: { labels?: Record<string, string> } }>(NamespaceResource, ns);
+    const [bindings, leases] = await Promise.all([admin.list(RoleBindingResource, { namespace: ns }), admin.list(LeaseResource, { namespace: ns })]);
+    return {
+      namespace: { labels: n?.metadata.labels, resourceVersion: n?.metadata.resourceVersion },
+      roleBindings: bindings.items.map((b) => b.metadata.name ?? "").sort(),
+      leases: leases.items.map((l) => l.metadata.name ?? "").filter((l) => l === ManagedClusterLeaseName),
+    };
+  }
+
+  const acceptedOf = async (c: string) => {
+    const got = findCondition((await readCluster(c))?.status?.conditions, ManagedClusterConditionType.HubAccepted);
+    return got ? `${got.status}/${got.reason}/${got.message}` : "none";
+  };
+
+  it("gives an auto-approval user (any name) registering cluster kube-system no ManagedCluster, no certificate, no acceptance and no write in kube-system", async () => {
+    const c = "kube-system";
+    const before = await namespaceSnapshot(c);
+    // the attacker's own ManagedCluster: refused by the admission policy
+    const created = await autoApprover.client.create(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: false } }).then(
+      () => "created",
+      (e: unknown) => (e instanceof KubeError ? `${e.code} ${e.message}` : String(e)),
+    );
+    expect(created).toContain(reservedClusterNameMessage(c));
+    // its bootstrap CSR: the csr-approver, under its own identity, approves nothing
+    const csr = await bootstrapCsr(autoApprover.client, c);
+    expect((await handleEvent(csrApprover.spec, approverIo, objectEvent({ cluster: HUB, object: { apiVersion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", ...csr }, verb: "add" }))).statusCode).toBe(204);
+    const after = (await admin.get<CertificateSigningRequest>(CertificateSigningRequestResource, csr.metadata.name))!;
+    expect(after.status?.conditions ?? []).toEqual([]);
+    expect(after.status?.certificate).toBeUndefined();
+
+    // and a kube-system ManagedCluster that exists anyway (made before the rule): the acceptor accepts
+    // nothing, not for the CSR, not for an admin's hubAcceptsClient=true, and writes only the verdict
+    const mc = await createPastThePolicy(c);
+    try {
+      await deliver(clusterEvent(mc, "add"));
+      await deliver(objectEvent({ cluster: HUB, object: { apiVersion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", ...csr }, verb: "add" }));
+      await deliver(clusterEvent(await setAccepts(c, true)));
+      await deliver(tickEvent(HUB));
+      const verdict = `False/ClusterNameReserved/${reservedClusterNameMessage(c)}`;
+      expect(await acceptedOf(c)).toBe(verdict);
+      const state = await stateOf(c);
+      expect(state).toMatchObject({ finalizers: [], autoAccepted: false, clusterRole: "none", clusterRoleBinding: "none", registrationRoleBinding: "none", workRoleBinding: "none", lease: "none" });
+      expect(await namespaceSnapshot(c)).toEqual(before);
+      expect(await mayRenew(c)).toBe(false);
+    } finally {
+      await admin.delete(ManagedClusterResource, c);
+    }
+  });
+
+  it("does not accept a cluster into a pre-existing namespace made for something else: HubAcceptedManagedCluster=False/ClusterNamespaceNotOwned, the namespace untouched", async () => {
+    const c = `app${suffix()}`;
+    await admin.create(NamespaceResource, { metadata: { name: c, labels: { team: "payments" } } });
+    const before = await namespaceSnapshot(c);
+    // the auto-approval user registers a cluster of that name, as its agent would
+    const mc = await autoApprover.client.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: false } });
+    await bootstrapCsr(autoApprover.client, c);
+    await deliver(clusterEvent(mc, "add"));
+    await deliver(clusterEvent(await setAccepts(c, true))); // not even an admin's acceptance adopts it
+    const verdict =
+      `False/ClusterNamespaceNotOwned/namespace "${c}" exists and was not made for cluster "${c}" (it lacks the label ${ClusterLabel.ClusterName}=${c}), ` +
+      `so the hub does not take it over: register the cluster under another name, or remove that namespace, or label it so if it was made for this cluster`;
+    expect(await acceptedOf(c)).toBe(verdict);
+    expect(await stateOf(c)).toMatchObject({ autoAccepted: false, finalizers: [], clusterRole: "none", registrationRoleBinding: "none", workRoleBinding: "none", lease: "none" });
+    expect(await namespaceSnapshot(c)).toEqual(before);
+    // control: the admin says the namespace is this cluster's, and acceptance goes ahead
+    const labelled = await admin.patch(NamespaceResource, c, { metadata: { labels: { [ClusterLabel.ClusterName]: c } } });
+    await deliver(objectEvent({ cluster: HUB, object: { apiVersion: "v1", kind: "Namespace", ...labelled } }));
+    expect(await stateOf(c)).toMatchObject(acceptedState);
   });
 });
 
@@ -356,27 +488,89 @@ describe("cluster deletion", () => {
     expect(await stateOf(c)).toMatchObject({ cluster: "gone", clusterRole: "none", clusterRoleBinding: "none", registrationRoleBinding: "none", workRoleBinding: "none", namespace: true });
   });
 
+  // The finalizers stand for the agents: the work agent removes its finalizer once it has removed
+  // what the work applied, the add-on's owner once the add-on is cleaned up.
+  const WORK_AGENT = "test.invalid/work-agent";
+  const ADDON_AGENT = "test.invalid/addon-agent";
+  const workIn = (c: string, name: string, annotations: Record<string, string> = {}) =>
+    admin.create(ManifestWorkResource, { metadata: { name, namespace: c, finalizers: [WORK_AGENT], annotations }, spec: { workload: { manifests: [{ apiVersion: "v1", kind: "ConfigMap", metadata: { name, namespace: "default" } }] } } });
+  const release = (r: typeof ManifestWorkResource | typeof ManagedClusterAddOnV1alpha1Resource, c: string, name: string) => admin.patch(r, name, { metadata: { finalizers: null } }, { namespace: c });
+  const deleting = async (r: typeof ManifestWorkResource | typeof ManagedClusterAddOnV1alpha1Resource, c: string, name: string) => !!(await admin.get(r, name, c))?.metadata.deletionTimestamp;
+
   it("keeps the work RoleBinding, and the cluster, until the cluster's ManifestWorks are gone", async () => {
     const c = `c${suffix()}`;
     await deliver(clusterEvent(await createCluster(c, true)));
-    const work = await admin.create(ManifestWorkResource, { metadata: { name: "w1", namespace: c }, spec: { workload: { manifests: [{ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "w1", namespace: "default" } }] } } });
+    const work = await workIn(c, "w1");
     await admin.delete(ManagedClusterResource, c);
 
     const reply = await deliver(clusterEvent((await readCluster(c))!));
     expect(reply.headers?.["x-recheck-after-ms"]).toBe("5000");
     expect(await stateOf(c)).toMatchObject({
       cluster: "present",
-      finalizers: [ClusterFinalizer.ApiResourceCleanup],
+      finalizers: [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup],
       clusterRole: "none",
       registrationRoleBinding: "none",
       workRoleBinding: { finalizers: [WorkFinalizer.ManifestWorkCleanup], deleting: true },
     });
 
-    await admin.delete(ManifestWorkResource, "w1", c);
+    await release(ManifestWorkResource, c, "w1");
+    await eventually(async () => expect(await admin.get(ManifestWorkResource, "w1", c)).toBeUndefined());
     await deliver(objectEvent({ cluster: HUB, object: work, verb: "delete" }));
     expect(await stateOf(c)).toMatchObject({ cluster: "gone", workRoleBinding: "none" });
   });
 
+  // Issue 24: OCM's resource-cleanup (gate ResourceCleanup, on by default): add-ons first, then works,
+  // each kind by its cleanup-priority annotation, lowest first.
+  it("deletes the cluster namespace's ManagedClusterAddOns, then its ManifestWorks by cleanup priority, then lets the cluster go", async () => {
+    const c = `c${suffix()}`;
+    await deliver(clusterEvent(await createCluster(c, true)));
+    expect((await readCluster(c))!.metadata.finalizers).toContain(ClusterFinalizer.ResourceCleanup);
+    const addon = await eventually(() => admin.create(ManagedClusterAddOnV1alpha1Resource, { metadata: { name: "a1", namespace: c, finalizers: [ADDON_AGENT] }, spec: {} }));
+    const first = await workIn(c, "w-first");
+    const last = await workIn(c, "w-last", { [ClusterAnnotation.CleanupPriority]: "10" });
+    await admin.delete(ManagedClusterResource, c);
+    const deletingCondition = async () => {
+      const got = findCondition((await readCluster(c))?.status?.conditions, ManagedClusterConditionType.Deleting);
+      return got && `${got.status}/${got.reason}`;
+    };
+
+    await deliver(clusterEvent((await readCluster(c))!));
+    expect([await deleting(ManagedClusterAddOnV1alpha1Resource, c, "a1"), await deleting(ManifestWorkResource, c, "w-first")]).toEqual([true, false]);
+    expect(await deletingCondition()).toBe("False/ResourceRemaining");
+
+    await release(ManagedClusterAddOnV1alpha1Resource, c, "a1");
+    await deliver(objectEvent({ cluster: HUB, object: { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ManagedClusterAddOn", ...addon }, verb: "delete" }));
+    expect([await deleting(ManifestWorkResource, c, "w-first"), await deleting(ManifestWorkResource, c, "w-last")]).toEqual([true, false]);
+
+    await release(ManifestWorkResource, c, "w-first");
+    await deliver(objectEvent({ cluster: HUB, object: first, verb: "delete" }));
+    expect(await deleting(ManifestWorkResource, c, "w-last")).toBe(true);
+    expect(await readCluster(c)).toBeDefined();
+
+    await release(ManifestWorkResource, c, "w-last");
+    await deliver(objectEvent({ cluster: HUB, object: last, verb: "delete" }));
+    expect(await stateOf(c)).toMatchObject({ cluster: "gone", namespace: true, workRoleBinding: "none", registrationRoleBinding: "none", clusterRole: "none" });
+    expect((await admin.list(ManifestWorkResource, { namespace: c })).items).toEqual([]);
+    expect((await admin.list(ManagedClusterAddOnV1alpha1Resource, { namespace: c })).items).toEqual([]);
+  });
+
+  it("logs a cleanup wait once while it stays the same and rechecks it ever later (5 s, 10 s, 20 s), not at every event", async () => {
+    const c = `c${suffix()}`;
+    await deliver(clusterEvent(await createCluster(c, true)));
+    await workIn(c, "w1");
+    await admin.delete(ManagedClusterResource, c);
+    const lines: string[] = [];
+    const logged = { ...io, log: jsonLog("test", (line) => lines.push(line)) };
+    const rechecks: (string | undefined)[] = [];
+    for (let i = 0; i < 3; i++) {
+      const reply = await handleEvent(spec, logged, clusterEvent((await readCluster(c))!));
+      expect(reply.statusCode, reply.body).toBe(204);
+      rechecks.push(reply.headers?.["x-recheck-after-ms"]);
+    }
+    expect(rechecks).toEqual(["5000", "10000", "20000"]);
+    expect(lines.filter((l) => l.includes(`"cluster":"${c}"`))).toHaveLength(1);
+    await release(ManifestWorkResource, c, "w1");
+  });
   it("removes the RBAC of a cluster that is already gone, woken by an event of that RBAC", async () => {
     const c = `c${suffix()}`;
     await deliver(clusterEvent(await createCluster(c, true)));
@@ -435,7 +629,7 @@ describe("event delivery", () => {
     expect(await stateOf(c)).toMatchObject(acceptedState);
   });
 
-  it("accepts through the real faas-js-runtime HTTP server, answering 204", async () => {
+  it("accepts through our CloudEvents HTTP server (shared/cloudevents-server.ts), answering 204", async () => {
     const server = await startFunctionServer(serve(spec, () => io));
     try {
       const c = `c${suffix()}`;
@@ -445,5 +639,138 @@ describe("event delivery", () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+// needsLook is a second statement of what the reconcile leaves; this holds the two together. Many
+// clusters, each given a seeded random history (accepted, denied, accepted again, or never) and drift
+// afterwards, are judged by the resync as a tick judges them, with auto-approval on and off; each one
+// passed over is then reconciled on its own, and must send no write.
+describe("resync ticks pass over only what the reconcile would leave alone", () => {
+  const drifts = [
+    "cluster role binding deleted",
+    "cluster role narrowed",
+    "registration role binding deleted",
+    "work role binding's finalizer removed",
+    "HubAccepted condition removed",
+    "other conditions added",
+    "a finalizer removed",
+    "marked auto-accepted",
+    "hubAcceptsClient flipped",
+    "lease deleted",
+    "namespace relabelled for another cluster",
+    "namespace label removed",
+    "deleted",
+  ] as const;
+  type Drift = (typeof drifts)[number];
+  type Shape = { accepts: boolean; history: "never reconciled" | "reconciled" | "denied" | "accepted again"; foreignNamespace: boolean; drift: Drift[] };
+
+  // mulberry32: the same seed, the same clusters
+  const random = (seed: number) => () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const SEED = 25_6;
+  const COUNT = 40;
+
+  function shapes(): Shape[] {
+    const r = random(SEED);
+    const pick = <T,>(xs: readonly T[]) => xs[Math.floor(r() * xs.length)]!;
+    return Array.from({ length: COUNT }, () => {
+      const drift = new Set<Drift>();
+      const n = pick([0, 0, 1, 1, 2, 3]);
+      while (drift.size < n) drift.add(pick(drifts));
+      return { accepts: r() < 0.7, history: pick(["never reconciled", "reconciled", "reconciled", "denied", "accepted again"] as const), foreignNamespace: r() < 0.1, drift: [...drift] };
+    });
+  }
+
+  async function make(c: string, shape: Shape): Promise<void> {
+    if (shape.foreignNamespace) await admin.create(NamespaceResource, { metadata: { name: c } });
+    await createCluster(c, shape.accepts);
+    const reconcile = () => fn.definition.reconcile(io, { cluster: HUB, name: c }).catch(() => undefined); // an error is a state too
+    if (shape.history !== "never reconciled") await reconcile();
+    if (shape.history === "denied" || shape.history === "accepted again") {
+      await setAccepts(c, false);
+      await reconcile();
+    }
+    if (shape.history === "accepted again") {
+      await setAccepts(c, true);
+      await reconcile();
+    }
+    for (const d of shape.drift) await drift(c, d);
+  }
+
+  async function drift(c: string, d: Drift): Promise<void> {
+    const mc = await readCluster(c);
+    if (!mc) return;
+    const conditions = mc.status?.conditions ?? [];
+    switch (d) {
+      case "cluster role binding deleted":
+        return void (await admin.delete(ClusterRoleBindingResource, HubRbacName.cluster(c)));
+      case "cluster role narrowed":
+        if (await admin.get(ClusterRoleResource, HubRbacName.cluster(c))) await admin.patch(ClusterRoleResource, HubRbacName.cluster(c), { rules: clusterRole(c, false).rules });
+        return;
+      case "registration role binding deleted":
+        return void (await admin.delete(RoleBindingResource, HubRbacName.registrationRoleBinding(c), c));
+      case "work role binding's finalizer removed":
+        if (await admin.get(RoleBindingResource, HubRbacName.workRoleBinding(c), c)) await admin.patch(RoleBindingResource, HubRbacName.workRoleBinding(c), { metadata: { finalizers: null } }, { namespace: c });
+        return;
+      case "HubAccepted condition removed":
+        return void (await admin.patch(ManagedClusterResource, c, { status: { conditions: conditions.filter((x) => x.type !== ManagedClusterConditionType.HubAccepted) } }, { subresource: "status" }));
+      case "other conditions added": {
+        const at = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+        const extra = [
+          { type: ManagedClusterConditionType.Available, status: "Unknown", reason: "ManagedClusterLeaseUpdateStopped", message: "stopped", lastTransitionTime: at },
+          { type: "ManagedClusterJoined", status: "True", reason: "ManagedClusterJoined", message: "joined", lastTransitionTime: at },
+        ];
+        return void (await admin.patch(ManagedClusterResource, c, { status: { conditions: [...conditions.filter((x) => !extra.some((e) => e.type === x.type)), ...extra] } }, { subresource: "status" }));
+      }
+      case "a finalizer removed":
+        return void (await admin.patch(ManagedClusterResource, c, { metadata: { resourceVersion: mc.metadata.resourceVersion, finalizers: (mc.metadata.finalizers ?? []).slice(1) } }));
+      case "marked auto-accepted":
+        return void (await admin.patch(ManagedClusterResource, c, { metadata: { annotations: { [ClusterAnnotation.AutomaticallyAcceptedOn]: "2026-01-01T00:00:00Z" } } }));
+      case "hubAcceptsClient flipped":
+        return void (await setAccepts(c, !mc.spec?.hubAcceptsClient));
+      case "lease deleted":
+        return void (await admin.delete(LeaseResource, ManagedClusterLeaseName, c));
+      case "namespace relabelled for another cluster":
+        if (await admin.get(NamespaceResource, c)) await admin.patch(NamespaceResource, c, { metadata: { labels: { [ClusterLabel.ClusterName]: `not-${c}` } } });
+        return;
+      case "namespace label removed":
+        if (await admin.get(NamespaceResource, c)) await admin.patch(NamespaceResource, c, { metadata: { labels: { [ClusterLabel.ClusterName]: null } } });
+        return;
+      case "deleted":
+        return void (await admin.delete(ManagedClusterResource, c));
+    }
+  }
+
+  it(`for every one of ${COUNT} varied clusters a resync passes over (needsLook false), the reconcile of that cluster sends no write, with auto-approval on and off`, async () => {
+    const made = shapes().map((shape) => ({ c: `p${suffix()}`, shape }));
+    for (const { c, shape } of made) await make(c, shape);
+    const configs = { "auto-approval on": io, "auto-approval off": { ...io, config: { ...io.config, autoApprovalUsers: [] } } };
+    const wrong: unknown[] = [];
+    let passedOver = 0;
+    let looked = 0;
+    for (const [label, cfgIo] of Object.entries(configs)) {
+      const keys = await fn.definition.resync!(cfgIo, { type: "tick", cluster: HUB });
+      if (!Array.isArray(keys)) throw new Error(`skipped: ${keys.skip}`);
+      const listed = new Set(keys.map((k) => k.name));
+      for (const { c, shape } of made) {
+        if (listed.has(c)) {
+          looked++;
+          continue;
+        }
+        passedOver++;
+        const rec = recordingRequests(cfgIo);
+        const outcome = await fn.definition.reconcile(rec.io, { cluster: HUB, name: c }).catch((err: unknown) => ({ error: String(err) }));
+        if (rec.writes().length > 0 || "error" in outcome) wrong.push({ c, label, shape, writes: rec.writes(), outcome });
+      }
+    }
+    expect(wrong).toEqual([]);
+    // not vacuous: the clusters are varied enough that the tick both looks at some and passes over some
+    expect(passedOver).toBeGreaterThanOrEqual(COUNT / 4);
+    expect(looked).toBeGreaterThanOrEqual(COUNT / 4);
   });
 });

@@ -258,6 +258,68 @@ describe("set status", () => {
   });
 });
 
+// The list itself is compared with OCM's own controller in test/managed-namespaces-conformance.test.ts;
+// these are where ours goes further.
+describe("managed namespaces", () => {
+  const listOf = async (cluster: string) => (await readCluster(cluster))?.status?.managedNamespaces;
+  const applied = { type: "NamespaceAvailable", status: "True", reason: "NamespaceApplied", message: "Namespace successfully applied and managed", lastTransitionTime: rfc3339(new Date(0)) };
+
+  it("keeps the conditions the agent wrote on entries that stay, drops the entry that left, and writes nothing more once settled", async () => {
+    const set = `set-${suffix()}`;
+    await makeSet(set, undefined);
+    await admin.patch(ManagedClusterSetResource, set, { spec: { managedNamespaces: [{ name: "ns-b" }, { name: "ns-a" }] } });
+    const mc = await makeCluster({ [SET_LABEL]: set });
+    await reconcile(set);
+    expect(await listOf(mc.metadata.name!)).toEqual([
+      { clusterSet: set, name: "ns-a" },
+      { clusterSet: set, name: "ns-b" },
+    ]);
+    // the agent's conditions on both
+    const c = (await readCluster(mc.metadata.name!))!;
+    await admin.update(ManagedClusterResource, { ...c, status: { ...c.status, managedNamespaces: c.status!.managedNamespaces!.map((m) => ({ ...m, conditions: [applied] })) } }, "status");
+    await admin.patch(ManagedClusterSetResource, set, { spec: { managedNamespaces: [{ name: "ns-a" }] } });
+    await reconcile(set);
+    expect(await listOf(mc.metadata.name!)).toEqual([{ clusterSet: set, name: "ns-a", conditions: [applied] }]);
+    const rv = (await readCluster(mc.metadata.name!))?.metadata.resourceVersion;
+    await reconcile(set);
+    expect((await readCluster(mc.metadata.name!))?.metadata.resourceVersion).toBe(rv);
+  });
+
+  it("leaves a cluster's entries of a set whose selector turned invalid as they are, and still writes the other sets'", async () => {
+    const [odd, plain] = [`set-a-${suffix()}`, `set-b-${suffix()}`];
+    await makeSet(odd, { selectorType: "LabelSelector", labelSelector: { matchLabels: { tier: odd } } });
+    await admin.patch(ManagedClusterSetResource, odd, { spec: { managedNamespaces: [{ name: "ns-odd" }] } });
+    await makeSet(plain);
+    await admin.patch(ManagedClusterSetResource, plain, { spec: { managedNamespaces: [{ name: "ns-plain" }] } });
+    const mc = await makeCluster({ [SET_LABEL]: plain, tier: odd });
+    await reconcile(odd);
+    const both = [
+      { clusterSet: odd, name: "ns-odd" },
+      { clusterSet: plain, name: "ns-plain" },
+    ].sort((x, y) => (x.clusterSet < y.clusterSet ? -1 : 1));
+    expect(await listOf(mc.metadata.name!)).toEqual(both);
+    // an operator no selector knows: the set can no longer be evaluated
+    await admin.patch(ManagedClusterSetResource, odd, { spec: { clusterSelector: { selectorType: "LabelSelector", labelSelector: { matchLabels: null, matchExpressions: [{ key: "tier", operator: "Near" }] } } } });
+    await admin.patch(ManagedClusterSetResource, plain, { spec: { managedNamespaces: [{ name: "ns-plain-2" }] } });
+    await reconcile(odd);
+    await reconcile(plain);
+    expect(await listOf(mc.metadata.name!)).toEqual(both.map((e) => (e.clusterSet === plain ? { ...e, name: "ns-plain-2" } : e)));
+  });
+
+  it("leaves the list of a cluster being deleted alone, while a live member of the same set gets it", async () => {
+    const set = `set-${suffix()}`;
+    await makeSet(set);
+    const mc = await makeCluster({ [SET_LABEL]: set }, { hold: true });
+    const live = await makeCluster({ [SET_LABEL]: set });
+    await admin.delete(ManagedClusterResource, mc.metadata.name!);
+    await admin.patch(ManagedClusterSetResource, set, { spec: { managedNamespaces: [{ name: "ns-late" }] } });
+    await reconcile(set);
+    expect(await listOf(mc.metadata.name!)).toBeUndefined();
+    expect(await listOf(live.metadata.name!)).toEqual([{ clusterSet: set, name: "ns-late" }]);
+    await admin.patch(ManagedClusterResource, mc.metadata.name!, { metadata: { finalizers: null } });
+  });
+});
+
 describe("bindings", () => {
   it("turns Bound True when the set appears and False when it goes, writing only on change", async () => {
     const set = `set-${suffix()}`;
@@ -360,7 +422,7 @@ describe("event delivery", () => {
     expect(await emptyOf(name)).toMatchObject(selected(0));
   });
 
-  it("counts a new set's clusters on its event, through the real faas-js-runtime HTTP server", async () => {
+  it("counts a new set's clusters on its event, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
     const name = `set-${suffix()}`;
     await makeCluster({ [SET_LABEL]: name });
     await makeSet(name);

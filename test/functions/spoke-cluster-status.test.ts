@@ -4,13 +4,14 @@
 // the active agent settings, and the statusSync health record. One fleet: a hub and a spoke joined by
 // the real registration functions; then the spoke's relay and heartbeat stop and the tests call the
 // function themselves, under its own identity, with a clock they move.
-import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { describe, it, expect, beforeAll, afterAll, beforeEach } from "vitest";
 import { createServer as createTcpServer } from "node:net";
 import { parse, stringify } from "yaml";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { ClusterRoleBindingResource, ConfigMapResource, EventResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
-import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ClusterRoleBindingResource, ConfigMapResource, EventResource, LeaseResource, NodeResource, SecretResource } from "../../shared/api/kube.ts";
+import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import type { Lease } from "../../shared/cluster-lease.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import type { AgentSettings } from "../../shared/api/agent-config.ts";
 import { AgentHealthConfigMapName, checkpointData, CheckpointConfigMapName, HealthKey, installTimeConfig, parseHealthRecords, settingsHash } from "../../shared/agent-config.ts";
@@ -18,12 +19,12 @@ import { createOrUpdate } from "../../shared/apply.ts";
 import { ClusterEventReason, ManagedClusterMessage } from "../../shared/api/health.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
-import { manualClock, rfc3339, type Clock } from "../../shared/clock.ts";
+import { manualClock, microTime, rfc3339, type Clock } from "../../shared/clock.ts";
 import { done, handleEvent, reconcileKey, serve, type Io } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
 import { sumResourceLists } from "../../shared/quantity.ts";
 import { spec, ConfigSchema, type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
-import { failureDetail, probeKubeAPIServer, probeStateName } from "../../functions/spoke-cluster-status/steps/available.ts";
+import { failureDetail, probeKubeAPIServer, probeStateName, staleLease } from "../../functions/spoke-cluster-status/steps/available.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 
@@ -62,6 +63,17 @@ afterAll(async () => {
   spokeAdmin?.close();
   await fleet?.stop();
 });
+
+// The heartbeat is stopped: the tests renew the cluster lease as it would, so that the function may
+// claim availability (it claims none while the lease is stale, issue 24).
+beforeEach(async () => {
+  await renewLease(new Date());
+});
+
+async function renewLease(at: Date): Promise<void> {
+  const lease = (await fleet.hub.get<Lease>(LeaseResource, ManagedClusterLeaseName, CLUSTER))!;
+  await fleet.hub.update(LeaseResource, { ...lease, spec: { ...lease.spec, renewTime: microTime(at) } });
+}
 
 const key = { cluster: CLUSTER, name: CLUSTER };
 const ioWith = (o: { clock?: Clock; kubeconfig?: string; config?: Partial<Config> } = {}): Io<Config> =>
@@ -476,4 +488,105 @@ describe("agent settings", { timeout: FLEET_TEST_MS }, () => {
       await withoutAgentConfig();
     }
   });
+});
+
+// Issue 24, item 1: OCM's agent renews its lease in the process that writes Available; ours are apart,
+// and with the heartbeat down the function's Available=True and the lease monitor's Unknown took turns
+// on every ManagedCluster event.
+describe("a stale lease", { timeout: FLEET_TEST_MS }, () => {
+  const MINUTE = 60_000;
+  const t0 = new Date("2026-01-01T00:00:00Z");
+  const at = (ms: number) => new Date(t0.getTime() + ms);
+  const lease = (renewedMs: number): Lease => ({ metadata: { name: ManagedClusterLeaseName, namespace: CLUSTER }, spec: { renewTime: microTime(at(renewedMs)) } });
+  const verdict = (ms: number, reason: string = ManagedClusterReason.ManagedClusterLeaseUpdateStopped) => ({
+    type: Available,
+    status: "Unknown" as const,
+    reason,
+    message: ManagedClusterMessage.LeaseUpdateStopped,
+    lastTransitionTime: rfc3339(at(ms)),
+  });
+  const cluster = (o: { conditions?: ReturnType<typeof verdict>[]; leaseDurationSeconds?: number } = {}): ManagedCluster => ({
+    metadata: { name: CLUSTER },
+    spec: { leaseDurationSeconds: o.leaseDurationSeconds ?? 60 },
+    status: { conditions: o.conditions ?? [] },
+  });
+  it.each([
+    { name: "a lease renewed a minute ago is not stale", lease: lease(0), cluster: cluster(), nowMs: MINUTE, stale: false },
+    { name: "a lease is stale once five lease durations have passed since its renewal", lease: lease(0), cluster: cluster(), nowMs: 5 * MINUTE, stale: true },
+    { name: "a lease is not stale a second before that", lease: lease(0), cluster: cluster(), nowMs: 5 * MINUTE - 1_000, stale: false },
+    { name: "a lease duration of 0 counts as OCM's 60 s", lease: lease(0), cluster: cluster({ leaseDurationSeconds: 0 }), nowMs: 5 * MINUTE, stale: true },
+    { name: "the hub's Unknown verdict with no renewal since is stale, whatever grace the hub runs with", lease: lease(0), cluster: cluster({ conditions: [verdict(2 * MINUTE)] }), nowMs: 2 * MINUTE, stale: true },
+    { name: "a renewal after the hub's verdict answers it", lease: lease(2 * MINUTE + 1_000), cluster: cluster({ conditions: [verdict(2 * MINUTE)] }), nowMs: 2 * MINUTE + 1_000, stale: false },
+    { name: "an Unknown for another reason is no verdict on the lease", lease: lease(0), cluster: cluster({ conditions: [verdict(2 * MINUTE, "SomethingElse")] }), nowMs: 2 * MINUTE, stale: false },
+    { name: "no lease and the hub's verdict is stale", lease: undefined, cluster: cluster({ conditions: [verdict(0)] }), nowMs: 0, stale: true },
+    { name: "no lease and no verdict says nothing", lease: undefined, cluster: cluster(), nowMs: 0, stale: false },
+  ])("$name", ({ lease, cluster, nowMs, stale }) => {
+    expect(staleLease({ lease, cluster, now: at(nowMs) }) !== undefined).toBe(stale);
+  });
+
+  it("claims no Available while the hub says Unknown and the lease has not been renewed since, and claims it once the lease is renewed", async () => {
+    const clock = manualClock();
+    await renewLease(clock.now());
+    const io = ioWith({ clock });
+    await run(io);
+    expect((await conditionOf(Available))?.status).toBe("True");
+
+    // five lease durations later the monitor has said Unknown, as the hub's lease monitor writes it
+    clock.advance(300_000);
+    const unknown = { type: Available, status: "Unknown", reason: ManagedClusterReason.ManagedClusterLeaseUpdateStopped, message: ManagedClusterMessage.LeaseUpdateStopped } as const;
+    await replaceHubStatus((s) => (s.conditions = setCondition(s.conditions, unknown, clock.now())));
+    const rv = (await hubCluster())!.metadata.resourceVersion;
+    for (let i = 0; i < 3; i++) {
+      clock.advance(1_000);
+      expect(await handleEvent(spec, io, objectEvent({ cluster: "hub", object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...(await hubCluster())! } }))).toMatchObject({ statusCode: 204 });
+    }
+    expect((await hubCluster())!.metadata.resourceVersion).toBe(rv);
+    expect(await conditionOf(Available)).toMatchObject(unknown);
+
+    clock.advance(1_000);
+    await renewLease(clock.now());
+    expect(await run(io)).toEqual(done);
+    expect(await conditionOf(Available)).toMatchObject({ status: "True", reason: ManagedClusterReason.ManagedClusterAvailable, lastTransitionTime: rfc3339(clock.now()) });
+  });
+
+  // The issue's own test, with every part real: the fleet's functions and relays run, the heartbeat
+  // stops, and every write to the ManagedCluster is watched for a window of many lease periods and
+  // relay resyncs. 2 s leases (OCM's minimum is 1): the hub says Unknown after 10 s, and the window
+  // is the issue's minute, 30 lease periods and as many resync ticks.
+  it("with the heartbeat stopped and the functions and relays running, the hub's Unknown is written once in a minute of ManagedCluster writes and no Available=True follows it; a restarted heartbeat brings True back", async () => {
+    const leaseDurationSeconds = 2;
+    await fleet.hub.patch(ManagedClusterResource, CLUSTER, { spec: { leaseDurationSeconds } });
+    const writes: { resourceVersion?: string; available?: string }[] = [];
+    let watch: { stop(): void; done: Promise<void> } | undefined;
+    try {
+      await fleet.startHeartbeat(CLUSTER);
+      await fleet.startRelay("hub");
+      await fleet.startRelay(CLUSTER);
+      await eventually(async () => expect((await conditionOf(Available))?.status).toBe("True"), { timeoutMs: 30_000 });
+
+      await fleet.stopHeartbeat(CLUSTER);
+      const from = (await hubCluster())!.metadata.resourceVersion!;
+      watch = fleet.hub.watch(ManagedClusterResource, { fieldSelector: `metadata.name=${CLUSTER}`, resourceVersion: from, timeoutSeconds: 120 }, (e) => {
+        if (e.type !== "MODIFIED") return;
+        const c = e.object as Cluster;
+        writes.push({ resourceVersion: c.metadata.resourceVersion, available: findCondition(c.status?.conditions, Available)?.status });
+      });
+      await new Promise((resolve) => setTimeout(resolve, 60_000)); // the window counted: a minute
+      watch.stop();
+
+      const statuses = writes.map((w) => w.available);
+      const transitions = statuses.filter((s, i) => s !== (i === 0 ? "True" : statuses[i - 1]));
+      expect(transitions, `Available through ${writes.length} writes: ${statuses.join(" ")}`).toEqual(["Unknown"]);
+      expect(writes.length, `writes: ${statuses.join(" ")}`).toBeLessThanOrEqual(3); // the Unknown, and at most the taint and condition that follow it
+
+      await fleet.startHeartbeat(CLUSTER);
+      await eventually(async () => expect((await conditionOf(Available))?.status).toBe("True"), { timeoutMs: 30_000 });
+    } finally {
+      watch?.stop();
+      await fleet.stopRelay(CLUSTER);
+      await fleet.stopRelay("hub");
+      await fleet.stopHeartbeat(CLUSTER);
+      await fleet.hub.patch(ManagedClusterResource, CLUSTER, { spec: { leaseDurationSeconds: 60 } });
+    }
+  }, 180_000);
 });

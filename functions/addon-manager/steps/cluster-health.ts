@@ -1,6 +1,7 @@
 // Available while the add-on's cluster is Unknown (OCM hub add-on health-check controller, §4.5): the
 // spoke agent that reports add-on health has gone quiet, so every add-on of the cluster takes the
-// cluster's Available status, reason and message. Otherwise the spoke's lease controller owns Available.
+// cluster's Available status, reason and message. Otherwise Available is the spoke's lease controller's
+// (healthCheck mode Lease) or, for a template add-on (mode Customized), the health step's.
 import { findCondition, setCondition } from "../../../shared/conditions.ts";
 import { ManagedClusterConditionType } from "../../../shared/api/cluster.ts";
 import { AddOnConditionType } from "../../../shared/api/addon.ts";

@@ -8,6 +8,7 @@ import { mcaControllerReference } from "../../../shared/addon-owners.ts";
 import { ManifestWorkResource, WorkAnnotation, WorkConditionType, type ManifestConfigOption, type ManifestWork } from "../../../shared/api/work.ts";
 import { AddOnAnnotation, AddOnConditionType, AddOnLabel, AddOnReason, type AddOnTemplate } from "../../../shared/api/addon.ts";
 import { AddOnMessage } from "../../../shared/api/addon-strings.ts";
+import { labelsQuery } from "../../../shared/selector-query.ts";
 import type { KubeClient, KubeObject } from "../../../shared/kube/client.ts";
 import { renderManifests } from "../render.ts";
 import { configSpecHashes, covers, planWorks } from "../works.ts";
@@ -35,7 +36,7 @@ export async function manifestApplied(s: Scene, status: AddOnStatus): Promise<vo
   }
   const deployable = objects.filter((o) => !isPreDeleteHook(o));
   const cluster = s.mca.metadata.namespace!;
-  const existing = (await s.hub.list<ManifestWork>(ManifestWorkResource, { namespace: cluster, labelSelector: `${AddOnLabel.AddonName}=${s.mca.metadata.name},!${AddOnLabel.AddonNamespace}` })).items;
+  const existing = (await s.hub.list<ManifestWork>(ManifestWorkResource, { namespace: cluster, labelSelector: labelsQuery({ [AddOnLabel.AddonName]: s.mca.metadata.name }, { absent: [AddOnLabel.AddonNamespace] }) })).items;
   const plan = planWorks({
     addon: s.mca.metadata.name,
     namespace: cluster,

@@ -3,6 +3,7 @@
 // lastAppliedConfig, once every deploy work carries the desired config hashes and is Applied and
 // Available for its current generation.
 import { findCondition, setCondition } from "../../../shared/conditions.ts";
+import { labelsQuery } from "../../../shared/selector-query.ts";
 import { ManifestWorkResource, WorkAnnotation, WorkConditionType, type ManifestWork } from "../../../shared/api/work.ts";
 import { AddOnConditionType, AddOnLabel, AddOnReason } from "../../../shared/api/addon.ts";
 import { AddOnMessage, ProgressingReason, preDeleteHookWorkName } from "../../../shared/api/addon-strings.ts";
@@ -18,7 +19,7 @@ export async function progressing(s: Scene, status: AddOnStatus): Promise<void> 
   if (!findCondition(status.conditions, AddOnConditionType.ManifestApplied)) return void set("False", ProgressingReason.WaitingForManifestApplied, AddOnMessage.WaitingForManifestApplied);
 
   const addon = s.mca.metadata.name;
-  const { items } = await s.hub.list<ManifestWork>(ManifestWorkResource, { namespace: s.mca.metadata.namespace, labelSelector: `${AddOnLabel.AddonName}=${addon},!${AddOnLabel.AddonNamespace}` });
+  const { items } = await s.hub.list<ManifestWork>(ManifestWorkResource, { namespace: s.mca.metadata.namespace, labelSelector: labelsQuery({ [AddOnLabel.AddonName]: addon }, { absent: [AddOnLabel.AddonNamespace] }) });
   const verdict = judgeWorks(items.filter((w) => !w.metadata.name.startsWith(preDeleteHookWorkName(addon))), status);
   if (verdict !== "completed") return void set("True", AddOnReason.Progressing, AddOnMessage.progressing(verdict));
   status.configReferences = (status.configReferences ?? []).map((r) => (r.desiredConfig ? { ...r, lastAppliedConfig: structuredClone(r.desiredConfig) } : r));

@@ -12,7 +12,6 @@ import {
   AddOnLabel,
   AddOnReason,
   DefaultAddOnInstallNamespace,
-  HealthCheckMode,
   KubeApiServerClientSigner,
   type AddOnDeploymentConfig,
   type AddOnTemplate,
@@ -37,9 +36,6 @@ export async function registration(s: Scene, status: AddOnStatus): Promise<void>
   const cluster = s.mca.metadata.namespace!;
   const addon = s.mca.metadata.name;
   status.supportedConfigs = BuiltInAddOnConfigs.map((c) => ({ group: c.group, resource: c.resource }));
-  // OCM probes template add-ons through their works (WorkloadAvailability, mode Customized). Here the
-  // agent's lease is the health signal, which the spoke's add-on lease controller turns into Available.
-  status.healthCheck = { mode: HealthCheckMode.Lease };
   const set = (c: NewCondition) => (status.conditions = setCondition(status.conditions, c, s.now));
   const failed = (err: string) => set({ type: AddOnConditionType.RegistrationApplied, status: "False", reason: AddOnReason.SetPermissionFailed, message: AddOnMessage.setPermissionFailed(err) });
 

@@ -7,13 +7,21 @@
 // condition or annotation on the ManagedCluster, no write on the hub while a failure is young), and the
 // ConfigMap is on the API server this function already reads its hub credentials from, so keeping it
 // there adds no new way to fail: when that server cannot be reached, nothing here runs at all.
-import { ClusterLabel } from "../../../shared/api/cluster.ts";
-import { ConfigMapResource } from "../../../shared/api/kube.ts";
+//
+// OCM's agent renews its lease in the process that writes Available, so it never claims availability
+// while its own lease is stale. Ours are apart: with the heartbeat sidecar down and this function
+// running, Available=True on every ManagedCluster event and the lease monitor's Unknown on every update
+// took turns without end (issue 24). So no Available, True or False, is written while the hub may
+// judge the lease expired; the monitor's Unknown stands until the sidecar renews the lease again.
+import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, type ManagedCluster } from "../../../shared/api/cluster.ts";
+import { LeaseDurationTimes } from "../../../shared/api/health.ts";
+import { ConfigMapResource, LeaseResource } from "../../../shared/api/kube.ts";
 import { AvailableCondition, kubeAPIServerUnavailableCondition } from "../../../shared/api/spoke-status.ts";
-import { setCondition } from "../../../shared/conditions.ts";
+import { lastRenewal, leaseExpiresAt, type Lease } from "../../../shared/cluster-lease.ts";
+import { findCondition, hasCondition, setCondition, type NewCondition } from "../../../shared/conditions.ts";
 import type { KubeClient, KubeObject } from "../../../shared/kube/client.ts";
 import { rawGet, type RawAnswer, type RawFailure } from "../../../shared/kube/raw.ts";
-import type { Step, StepResult } from "../reconcile.ts";
+import type { Status, Step, StepContext, StepResult } from "../step.ts";
 
 // OCM: failureThreshold and healthCheckRetryInterval.
 export const FailureThresholdMs = 20_000;
@@ -26,24 +34,58 @@ type ConfigMap = KubeObject & { data?: Record<string, string> };
 // `answer` is what came back, for the log: the condition's detail can be as bare as "unknown".
 export type Probe = { ok: true } | { ok: false; statusCode: number; detail: string; answer: string };
 
-export const available: Step = async (draft, { now, spoke, io }) => {
+export const available: Step = async (draft, ctx) => {
+  const { now, spoke, io } = ctx;
   const probe = await probeKubeAPIServer(spoke);
   const at = { name: probeStateName(io.config.clusterName), namespace: io.config.agentNamespace, cluster: io.config.clusterName };
   if (probe.ok) {
-    draft.conditions = setCondition(draft.conditions, AvailableCondition, now);
+    const withheld = await leaseWithholds(draft, AvailableCondition, ctx);
+    if (withheld) io.log.info({ cluster: at.cluster, reason: withheld }, "Available=True not claimed: the cluster lease is stale");
+    else draft.conditions = setCondition(draft.conditions, AvailableCondition, now);
     if (await forgetFailure(spoke, at)) io.log.info({ cluster: at.cluster }, "kube-apiserver probe recovered: failure streak forgotten");
     return "continue";
   }
   const since = await firstFailure(spoke, at, now);
   const judged = judgeFailure(since, now);
-  if (judged.write) {
-    draft.conditions = setCondition(draft.conditions, kubeAPIServerUnavailableCondition(probe.statusCode, probe.detail), now);
+  const unavailable = kubeAPIServerUnavailableCondition(probe.statusCode, probe.detail);
+  const withheld = judged.write ? await leaseWithholds(draft, unavailable, ctx) : undefined;
+  if (withheld) {
+    io.log.warn({ cluster: at.cluster, statusCode: probe.statusCode, answer: probe.answer, since, reason: withheld }, "kube-apiserver failing for 20 s or more, Available=False not written: the cluster lease is stale");
+  } else if (judged.write) {
+    draft.conditions = setCondition(draft.conditions, unavailable, now);
     io.log.warn({ cluster: at.cluster, statusCode: probe.statusCode, answer: probe.answer, since }, "kube-apiserver failing for 20 s or more: Available=False");
   } else {
     io.log.warn({ cluster: at.cluster, statusCode: probe.statusCode, answer: probe.answer, since }, "kube-apiserver probe failed: Available kept until failures last 20 s");
   }
   return judged.result;
 };
+
+// Why the lease forbids writing `want` now, or undefined. A write that changes nothing is never
+// withheld, and costs no read of the lease: a healthy cluster pays nothing for this.
+async function leaseWithholds(draft: Status, want: NewCondition, ctx: StepContext): Promise<string | undefined> {
+  if (hasCondition(draft.conditions, want)) return undefined;
+  const lease = await ctx.hub.get<Lease>(LeaseResource, ManagedClusterLeaseName, ctx.io.config.clusterName);
+  return staleLease({ lease, cluster: { ...ctx.cluster, status: { ...ctx.cluster.status, conditions: draft.conditions } }, now: ctx.now });
+}
+
+// The lease is stale for the agent's purpose when either
+// - the hub has said Unknown because the lease stopped (the monitor's verdict, at whatever grace the hub
+//   runs with) and the lease has not been renewed since, or has gone; or
+// - it is expired by the monitor's own rule at OCM's grace of five lease durations, judged on this
+//   side's clock, which is the clock the heartbeat writes renewTime with.
+// The verdict's lastTransitionTime is whole seconds: a renewal in the same second as the verdict counts
+// as an answer to it, and the monitor, which reads the lease afresh, then finds it fresh.
+export function staleLease(o: { lease: Lease | undefined; cluster: ManagedCluster; now: Date }): string | undefined {
+  const available = findCondition(o.cluster.status?.conditions, ManagedClusterConditionType.Available);
+  const verdictAt = available?.status === "Unknown" && available.reason === ManagedClusterReason.ManagedClusterLeaseUpdateStopped ? Date.parse(available.lastTransitionTime ?? "") : NaN;
+  const verdict = Number.isNaN(verdictAt) ? undefined : new Date(verdictAt).toISOString();
+  if (!o.lease) return verdict ? `the hub marked the cluster Unknown at ${verdict} and the lease is gone` : undefined;
+  const renewed = lastRenewal(o.lease);
+  const renewedAt = new Date(renewed).toISOString();
+  if (verdict && renewed <= verdictAt) return `the hub marked the cluster Unknown at ${verdict}, and the lease was last renewed at ${renewedAt}, before that`;
+  if (o.now.getTime() >= leaseExpiresAt(o.lease, o.cluster, LeaseDurationTimes)) return `the lease was last renewed at ${renewedAt}, ${LeaseDurationTimes} lease durations or more ago`;
+  return undefined;
+}
 
 // A failure younger than the threshold keeps the old condition and asks to be probed again as OCM
 // does, every 5 s, and never later than the moment the failure would count.

@@ -4,7 +4,7 @@ import { isDeepStrictEqual } from "node:util";
 import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ReservedClusterClaimNames, type ClusterClaim } from "../../../shared/api/cluster.ts";
 import { customClaimsTruncatedMessage, SpokeStatusEventReason } from "../../../shared/api/spoke-status.ts";
 import { isTrue } from "../../../shared/conditions.ts";
-import type { Step, StepResult } from "../reconcile.ts";
+import type { Step, StepResult } from "../step.ts";
 
 export type ExposedClaim = { name: string; value?: string };
 

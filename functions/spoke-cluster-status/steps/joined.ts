@@ -2,7 +2,7 @@
 import { ManagedClusterConditionType } from "../../../shared/api/cluster.ts";
 import { JoinedCondition } from "../../../shared/api/registration.ts";
 import { isTrue, setCondition } from "../../../shared/conditions.ts";
-import type { Step } from "../reconcile.ts";
+import type { Step } from "../step.ts";
 
 export const joined: Step = (draft, { now }) => {
   if (!isTrue(draft.conditions, ManagedClusterConditionType.HubAccepted)) return "stop";

@@ -3,7 +3,7 @@
 import { NodeResource } from "../../../shared/api/kube.ts";
 import type { KubeObject } from "../../../shared/kube/client.ts";
 import { sumResourceLists } from "../../../shared/quantity.ts";
-import type { Step, StepResult } from "../reconcile.ts";
+import type { Step, StepResult } from "../step.ts";
 
 type ResourceList = Record<string, string>;
 export type Node = KubeObject & { spec?: { unschedulable?: boolean }; status?: { capacity?: ResourceList; allocatable?: ResourceList } };

@@ -1,0 +1,20 @@
+// What a status step is given and returns. Its own module, so the steps, which reconcile.ts runs, do not
+// import reconcile.ts back.
+import type { ManagedCluster } from "../../shared/api/cluster.ts";
+import type { Io } from "../../shared/harness.ts";
+import type { KubeClient } from "../../shared/kube/client.ts";
+import type { EventType } from "../../shared/kube/event-recorder.ts";
+import type { Config } from "./config.ts";
+
+export type Status = NonNullable<ManagedCluster["status"]>;
+// An event for the hub, recorded in namespace <cluster> about the ManagedCluster once the status is settled.
+export type Notice = { type: EventType; reason: string; message: string };
+export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config>; notices: Notice[]; settings: StatusSettings; cluster: ManagedCluster };
+
+// What this function runs with: the active agent settings over its install-time configuration.
+// statusSyncIntervalMs absent: no recheck of its own, the resync ticks alone bring it back.
+export type StatusSettings = { hash: string; maxCustomClusterClaims: number; statusSyncIntervalMs?: number };
+
+// A recheck also ends the chain: the step could not decide yet and wants to be called again that soon.
+export type StepResult = "continue" | "stop" | { stopAndRecheckInMs: number };
+export type Step = (draft: Status, ctx: StepContext) => StepResult | Promise<StepResult>;
