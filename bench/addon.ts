@@ -1,6 +1,6 @@
 // Add-on latency on a local fleet: from enabling the helloworld add-on on a joined cluster to its
 // Available=True, through the hub's addon-manager and addon-csr-approver, the spoke's work agent,
-// addon-registration and addon-health, each behind a faas-js-runtime server fed by relays.
+// addon-registration and addon-health, each behind our CloudEvents server fed by relays.
 //
 // The add-on's agent cannot run (no kubelet): the bench stands in for it, as addon-framework agents
 // behave: once its hub kubeconfig secret exists (a pod mounting it could start), it creates the Lease

@@ -11,7 +11,7 @@
 //   agent-<c> on the shared spoke control plane, where its checkpoint and health records live too;
 // - two Placements, scheduled once by placement-scheduler's reconcile: `all` (one decision group)
 //   and `grouped` (GROUPS decision groups, for ProgressivePerGroup);
-// - the hub's agent-config-rollout as a faas-js-runtime server under its own identity, fed by a hub
+// - the hub's agent-config-rollout behind our CloudEvents server under its own identity, fed by a hub
 //   relay (AgentConfigs, PlacementDecisions); per cluster, the spoke's agent-config function as a
 //   server under a spoke identity of its own (manifests/rbac/agent-config.yaml bound in its agent
 //   namespace), its config naming the cluster and that namespace;
@@ -58,6 +58,7 @@ import { startRelay, type Relay, type RelayOptions } from "../components/relay/r
 import { hubCredentialsFromAgentSecrets } from "../components/relay/config.ts";
 import { readFunctions } from "../cli/render/func-yaml.ts";
 import { KubeClient, type KubeObject, type ListOptions } from "../shared/kube/client.ts";
+import { startReflector } from "../shared/kube/reflector.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
 import { classifyError } from "../shared/kube/errors.ts";
 import { issueCertificate } from "../shared/pki.ts";
@@ -647,51 +648,20 @@ async function quiet(ctx: Ctx, timeoutMs: number): Promise<number> {
 // A list, then a watch resumed from the last resourceVersion until stopped (re-listed after a 410).
 type Follow = { ready: Promise<void>; stop(): Promise<void> };
 
+// shared/kube/reflector.ts's list-then-watch; its failures (a new CRD's storage answers 429 for a moment
+// after the control plane starts) are said once each on stderr.
+const benchLine = (level: string) => (fields: object, msg: string) => void process.stderr.write(`agent-config bench: ${level}: ${msg} ${JSON.stringify(fields)}\n`);
 function follow(client: KubeClient, r: ApiResource, o: ListOptions, on: (type: string, object: KubeObject) => void): Follow {
-  let stopped = false;
-  let current: { stop(): void } | undefined;
-  let markReady = () => {};
-  const ready = new Promise<void>((resolve) => (markReady = resolve));
-  const running = (async () => {
-    let resourceVersion = "";
-    while (!stopped) {
-      try {
-        if (!resourceVersion) {
-          const list = await client.list(r, o);
-          for (const item of list.items) on("ADDED", item);
-          resourceVersion = list.resourceVersion;
-          markReady();
-        }
-        let expired = false;
-        const w = client.watch(r, { ...o, resourceVersion }, (e) => {
-          if (e.type === "ERROR") {
-            expired = true;
-            current?.stop();
-            return;
-          }
-          resourceVersion = e.object.metadata.resourceVersion ?? resourceVersion;
-          if (e.type !== "BOOKMARK") on(e.type, e.object);
-        });
-        current = w;
-        if (stopped) w.stop();
-        await w.done;
-        if (expired) resourceVersion = "";
-      } catch (err) {
-        if (stopped) break;
-        // a new CRD's storage answers 429 for a moment after the control plane starts
-        if (classifyError(err) !== "transient") process.stderr.write(`agent-config bench: watch of ${r.plural} failed, resuming: ${err instanceof Error ? err.message : String(err)}\n`);
-        await sleep(200);
-      }
-    }
-  })();
-  return {
-    ready,
-    async stop() {
-      stopped = true;
-      current?.stop();
-      await running;
-    },
-  };
+  return startReflector({
+    name: r.plural,
+    resource: r,
+    ...o,
+    client,
+    timeoutSeconds: 300,
+    backoff: { initialMs: 200, maxMs: 2_000 },
+    log: { info: () => {}, warn: benchLine("warn"), error: benchLine("error") },
+    onChange: (c) => on(c.type, c.object),
+  });
 }
 
 // ---- the simulated heartbeat and status sync

@@ -1,7 +1,7 @@
 // Issue 13's question for an event-driven multi-cluster function: from one change on the source, how
 // long until every copy on 10 clusters has converged, and what it cost. examples/deployment-copy
 // copies one Deployment from a hub to 10 target clusters (all 11 real control planes), run as the SDK
-// runs any function locally (dev/local/run-function.ts: its faas-js-runtime server and a relay built
+// runs any function locally (dev/local/run-function.ts: our CloudEvents server and a relay built
 // from its watches), under the example's own identities. Per round, on a fresh namespace:
 //
 // - create: from the POST of the source until all 10 copies exist with its spec;
@@ -21,6 +21,7 @@
 // include their resident memory. BENCH_E2C_ROUNDS rounds (default 5) follow one warm-up round that is
 // not counted (the first round opens the function's connections to the 11 API servers). The example's
 // resync (every 300 s) does not fall inside the default rounds.
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { startClusters, ocmCrds } from "../dev/control-plane/clusters.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";
@@ -80,7 +81,7 @@ export const eventsToConverged = {
         watches.push(await watchCopies(admin[t]!, copies.get(t)!, onChange));
       }
 
-      running = await runFunction(counted(deploymentCopy, counts), { config: { source: "hub", targets: TARGETS } satisfies Config, kubeconfigs, log: { info() {}, warn() {}, error() {} } });
+      running = await runFunction(counted(deploymentCopy, counts), { config: { source: "hub", targets: TARGETS, copySealKey: randomBytes(32).toString("base64") } satisfies Config, kubeconfigs, log: { info() {}, warn() {}, error() {} } });
       await running.relay.ready;
       for (const t of ["hub", ...TARGETS]) countRequests(running.io.cluster(t), counts);
 

@@ -598,7 +598,7 @@ export const spoke = {
     const figures: Record<string, string | number> = {};
     const started = Date.now();
     // Blocks while a build of OCM's programs runs (scripts/build-tools.sh ocm), then answers at once.
-    const ocm: OcmPrograms = WITH_OCM ? findOcm() : { registration: "", work: "", placement: "" };
+    const ocm: OcmPrograms = WITH_OCM ? findOcm() : { registration: "", work: "", addon: "", placement: "" };
     const spokeCrdsForOcm = WITH_OCM ? ocmSpokeCrds() : { crds: ocmCrds(), from: "ours (SPOKE_BENCH_OCM=0)" };
     const knative = knativeCrds();
     const work = mkdtempSync(join(tmpdir(), "spoke-bench-"));

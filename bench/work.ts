@@ -1,7 +1,7 @@
 // Work delivery latency: a ManifestWork of 50 manifests (namespace, RBAC, service, deployments,
 // config maps, secrets) from its creation on the hub to Applied=True there, delivered as production
 // delivers it (a relay watching the hub with the cluster's credentials, the work-applier behind the
-// faas-js-runtime server); and the reconcile alone, for a fresh work and for a run with nothing to do.
+// CloudEvents server its bundle runs); and the reconcile alone, for a fresh work and for a run with nothing to do.
 import { startFleet } from "../dev/local/fleet.ts";
 import { startFunction } from "../dev/local/functions.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";

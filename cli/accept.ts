@@ -1,5 +1,6 @@
 // `ocmf accept`: what `clusteradm accept` does: approve the cluster's bootstrap CSRs and set
-// hubAcceptsClient, so a waiting spoke joins, but never a CSR planted by another bootstrap identity.
+// hubAcceptsClient, so a waiting spoke joins, but never a CSR planted by another bootstrap identity, nor
+// one of two that the same identity made for the cluster unless the admin names it.
 import { CertificateSigningRequestResource } from "../shared/api/kube.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../shared/api/certificates.ts";
 import { ClusterLabel, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
@@ -30,22 +31,37 @@ export type AcceptResult = {
   accepted: "set" | "already" | "not set" | "no cluster";
 };
 
+// The spoke keeps the name of the CSR its agent made (functions/spoke-registration: the pending
+// request's Secret), so the spoke's admin can tell the hub admin which one is real.
+const AGENT_CSR_NAME_ON_SPOKE = "kubectl -n open-cluster-management-agent get secret hub-kubeconfig-secret-pending-csr -o jsonpath='{.data.csr-name}' | base64 -d";
+
 // requesters: the bootstrap users (spec.username) to trust. The API server sets that field from the
 // caller's credentials; clusteradm's --requesters names common names instead, but a planted request can
 // copy the real agent's common name, so it cannot tell the two apart.
-export async function acceptCluster(hub: KubeClient, cluster: string, o: { requesters?: readonly string[] } = {}): Promise<AcceptResult> {
-  const { items } = await again(() => hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` }));
-  const bootstrap = items.filter(fromBootstrapIdentity);
+// csrs: the CSRs to approve, by name; every other pending one is refused. The one token `ocmf install
+// hub` prints serves every cluster, so whoever else holds it asks as the same user as the real agent:
+// then only the name, checked on the spoke, tells the two requests apart.
+export async function acceptCluster(hub: KubeClient, cluster: string, o: { requesters?: readonly string[]; csrs?: readonly string[] } = {}): Promise<AcceptResult> {
+  const bootstrap = await bootstrapCsrsOf(hub, cluster);
   // As clusteradm, requests already decided count too: a new identity asking after the cluster joined is
   // as suspect as two asking at once.
   const requesters = [...new Set(bootstrap.map((c) => c.spec.username!))].sort();
-  const trusted = o.requesters?.length ? new Set(o.requesters) : requesters.length === 1 ? new Set(requesters) : undefined;
-  const csrs: CsrVerdict[] = [];
-  for (const csr of bootstrap) {
-    const verdict = await judge(csr, { cluster, requesters, trusted });
-    if (verdict.result === "approved") await approve(hub, csr);
-    csrs.push(verdict);
-  }
+  const named = o.csrs?.length ? new Set(o.csrs) : undefined;
+  // A CSR the admin names is trusted whoever asked for it, unless --requesters narrows that too.
+  const trusted = o.requesters?.length ? new Set(o.requesters) : named || requesters.length === 1 ? new Set(requesters) : undefined;
+  const verdicts: CsrVerdict[] = [];
+  for (const csr of bootstrap) verdicts.push(await judge(csr, { cluster, requesters, trusted, named }));
+  // Two requests that pass every check, and nobody said which: approving either could sign the planted one.
+  const candidates = verdicts.filter((v) => v.result === "approved");
+  const csrs =
+    candidates.length > 1 && !named
+      ? verdicts.map((v): CsrVerdict =>
+          v.result === "approved"
+            ? { ...v, result: "refused", detail: `${candidates.length} pending CSRs for ${cluster} (${candidates.map((c) => c.name).join(", ")}) come from bootstrap identities and name the cluster's agent, so they cannot be told apart (with one join token for every cluster, a planted one asks as the same user); name the one the agent made with --csr (on the spoke: ${AGENT_CSR_NAME_ON_SPOKE})` }
+            : v,
+        )
+      : verdicts;
+  for (const v of csrs) if (v.result === "approved") await approve(hub, bootstrap.find((c) => c.metadata.name === v.name)!);
   const csr = summary(csrs);
   // Nothing approved because of a refusal: the hub admin has to say who the cluster is first.
   if (csr === "refused") return { csr, csrs, accepted: "not set" };
@@ -56,12 +72,18 @@ export async function acceptCluster(hub: KubeClient, cluster: string, o: { reque
   return { csr, csrs, accepted: "set" };
 }
 
-async function judge(csr: Csr, o: { cluster: string; requesters: string[]; trusted: Set<string> | undefined }): Promise<CsrVerdict> {
+async function bootstrapCsrsOf(hub: KubeClient, cluster: string): Promise<Csr[]> {
+  const { items } = await again(() => hub.list<Csr>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${cluster}` }));
+  return items.filter(fromBootstrapIdentity);
+}
+
+async function judge(csr: Csr, o: { cluster: string; requesters: string[]; trusted: Set<string> | undefined; named: Set<string> | undefined }): Promise<CsrVerdict> {
   const requester = csr.spec.username!;
   const base = { name: csr.metadata.name, requester };
   const conditions = csr.status?.conditions ?? [];
   if (conditions.some((c) => c.type === CsrConditionType.Denied)) return { ...base, result: "already denied", detail: "" };
   if (conditions.some((c) => c.type === CsrConditionType.Approved)) return { ...base, result: "already approved", detail: "" };
+  if (o.named && !o.named.has(csr.metadata.name)) return { ...base, result: "refused", detail: "not named by --csr" };
   if (!o.trusted) return { ...base, result: "refused", detail: `the CSRs for ${o.cluster} come from ${o.requesters.length} requesters (${o.requesters.join(", ")}); name the one to trust with --requesters` };
   if (!o.trusted.has(requester)) return { ...base, result: "refused", detail: `requester ${requester} is not in --requesters` };
   const recognised = recogniseAgentCsr(csr, await readRequest(csr.spec.request));
@@ -82,10 +104,17 @@ async function approve(hub: KubeClient, csr: Csr): Promise<void> {
 }
 
 // `ocmf accept`: each cluster in turn, a line per decision; it fails when a cluster had nothing approved.
-export async function acceptClusters(hub: KubeClient, o: { clusters: readonly string[]; requesters?: readonly string[] }, print: (line: string) => void): Promise<void> {
+// Every name --csr gives must be a bootstrap CSR of one of the clusters, checked before anything changes.
+export async function acceptClusters(hub: KubeClient, o: { clusters: readonly string[]; requesters?: readonly string[]; csrs?: readonly string[] }, print: (line: string) => void): Promise<void> {
+  if (o.csrs?.length) {
+    const known = new Set<string>();
+    for (const c of o.clusters) for (const csr of await bootstrapCsrsOf(hub, c)) known.add(csr.metadata.name);
+    const unknown = o.csrs.filter((name) => !known.has(name));
+    if (unknown.length) throw new Error(`--csr ${unknown.join(", ")}: no CSR of that name was made by a bootstrap identity for ${o.clusters.length === 1 ? "cluster" : "clusters"} ${o.clusters.join(", ")}; nothing changed`);
+  }
   const failed: string[] = [];
   for (const c of o.clusters) {
-    const r = await acceptCluster(hub, c, { requesters: o.requesters });
+    const r = await acceptCluster(hub, c, { requesters: o.requesters, csrs: o.csrs });
     for (const line of describeAccept(c, r)) print(line);
     if (r.csr === "none") failed.push(`no CSR to approve for cluster ${c}`);
     if (r.csr === "refused") failed.push(`nothing approved for cluster ${c}: its CSRs were refused`);

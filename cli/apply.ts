@@ -7,6 +7,7 @@ import { CustomResourceDefinitionResource } from "../shared/api/kube.ts";
 import { resourcePath, type KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { Discovery, typeName, type TypeRef } from "./discovery.ts";
 import { again } from "./transient.ts";
+import { sleep } from "../shared/timers.ts";
 
 export const FieldManager = "ocmf";
 
@@ -81,7 +82,7 @@ async function until<T>(what: () => string, deadline: number, check: () => Promi
     const got = await check();
     if (got !== undefined) return got;
     if (Date.now() > deadline) throw new Error(what());
-    await new Promise((r) => setTimeout(r, delay));
+    await sleep(delay);
   }
 }
 

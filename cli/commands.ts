@@ -50,6 +50,13 @@ function duration(value: string): Duration {
   return { ms, text: value };
 }
 
+// A join token's lifetime: a duration, or 0 for one that never expires (kubeadm's --ttl 0). Left out,
+// it is kubeadm's day (DefaultTokenTtlMs in cli/bootstrap-token.ts, which --help does not load).
+type TokenLifetime = { ms: number | "never"; text: string };
+const tokenLifetime = (value: string): TokenLifetime => (value === "0" ? { ms: "never", text: value } : duration(value));
+const tokenTtlOption = (flag: string) =>
+  new Option(`${flag} <duration>`, "the bootstrap token's lifetime, e.g. 2h or 30m, or 0: it never expires (as clusteradm's) (default: 24h, as kubeadm's)").argParser(tokenLifetime);
+
 const waitOption = () =>
   new Option("--wait <level>", "what to wait for after applying: none; crds (CRDs Established before the rest is applied); all (crds, then every Knative object Ready and Deployment Available, which needs Knative's controllers)")
     .choices(["none", "crds", "all"] satisfies WaitLevel[])
@@ -70,6 +77,7 @@ const install = (ocmf: Command) => group(ocmf, "install", "install OCM on functi
 const uninstall = (ocmf: Command) => group(ocmf, "uninstall", "remove what install or join made from a cluster");
 const config = (ocmf: Command) => group(ocmf, "config", "the agents' dynamic configuration: AgentConfigs on the hub (docs/agent-config.md)");
 const scaffold = (ocmf: Command) => group(ocmf, "new", "start a multi-cluster function of your own (docs/writing-functions.md)");
+const token = (ocmf: Command) => group(ocmf, "token", "the bootstrap tokens clusters join the hub with");
 const run = (ocmf: Command) => group(ocmf, "run", "run a function of your own on this machine, against real clusters");
 
 // A flag's value through a check that throws Error, as commander reports an invalid argument.
@@ -107,9 +115,10 @@ export const commands: Registration[] = [
       .description("approve the clusters' bootstrap CSRs and set hubAcceptsClient, as clusteradm accept does")
       .requiredOption("--clusters <names>", "the clusters to accept, comma-separated", names)
       .option("--requesters <users>", "the bootstrap users to trust (spec.username), comma-separated; needed when more than one asks for a cluster", names)
-      .action(async (o: { clusters: string[]; requesters?: string[] }) => {
+      .option("--csr <names>", "the CSRs to approve, comma-separated, every other one refused; needed when a cluster has more than one pending (the spoke keeps its agent's in Secret open-cluster-management-agent/hub-kubeconfig-secret-pending-csr, key csr-name)", names)
+      .action(async (o: { clusters: string[]; requesters?: string[]; csr?: string[] }) => {
         const { acceptClusters } = await import("./accept.ts");
-        await acceptClusters(await cli.hub(), o, cli.print);
+        await acceptClusters(await cli.hub(), { clusters: o.clusters, requesters: o.requesters, csrs: o.csr }, cli.print);
       }),
 
   (ocmf, cli) =>
@@ -178,11 +187,22 @@ export const commands: Registration[] = [
     hubFlags(install(ocmf).command("hub").description("render the hub and apply it server-side, wait, then make a bootstrap token and print the join command, as clusteradm init does"))
       .addOption(waitOption())
       .addOption(timeoutOption("the wait"))
-      .addOption(new Option("--token-ttl <duration>", "the bootstrap token's lifetime (default: it does not expire, as clusteradm's)").argParser(duration))
-      .option("--output-bootstrap-kubeconfig <file>", "also write the bootstrap kubeconfig to this file, for ocmf join --hub-kubeconfig")
-      .action(async (f: HubFlags & { wait: WaitLevel; waitTimeout: Duration; tokenTtl?: Duration; outputBootstrapKubeconfig?: string }) => {
+      .addOption(tokenTtlOption("--token-ttl"))
+      .option("--output-bootstrap-kubeconfig <file>", "also write the bootstrap kubeconfig to this file (mode 0600), for ocmf join --hub-kubeconfig")
+      .action(async (f: HubFlags & { wait: WaitLevel; waitTimeout: Duration; tokenTtl?: TokenLifetime; outputBootstrapKubeconfig?: string }) => {
         const [{ installHub }, { hubOptions }] = await Promise.all([import("./install.ts"), import("./render-options.ts")]);
         await installHub(await cli.cluster("hub"), { render: hubOptions(f), wait: waiting(f), tokenTtlMs: f.tokenTtl?.ms, bootstrapKubeconfigFile: f.outputBootstrapKubeconfig }, cli.print);
+      }),
+
+  (ocmf, cli) =>
+    token(ocmf)
+      .command("create")
+      .description("make a new bootstrap token on the hub and print the ocmf join command with it, as kubeadm token create --print-join-command does: for clusters joining after install hub's token expired")
+      .addOption(tokenTtlOption("--ttl"))
+      .option("--output-bootstrap-kubeconfig <file>", "also write the bootstrap kubeconfig to this file (mode 0600), for ocmf join --hub-kubeconfig")
+      .action(async (f: { ttl?: TokenLifetime; outputBootstrapKubeconfig?: string }) => {
+        const { issueJoinToken } = await import("./bootstrap-token.ts");
+        await issueJoinToken(await cli.hub(), { ttlMs: f.ttl?.ms, bootstrapKubeconfigFile: f.outputBootstrapKubeconfig }, cli.print);
       }),
 
   (ocmf, cli) =>

@@ -19,7 +19,7 @@ import {
   type AgentSettings,
 } from "../shared/api/agent-config.ts";
 import { ManagedClusterResource, PlacementResource, type ManagedCluster, type Placement, type RolloutStrategy } from "../shared/api/cluster.ts";
-import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, countOf, settingLeaves, settingsHash, validateSettings } from "../shared/agent-config.ts";
+import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, countOf, settingLeaves, settingsHash, showPath, validateSettings } from "../shared/agent-config.ts";
 import { placementClusters } from "../shared/placement-decisions.ts";
 import { NamespaceResource } from "../shared/api/kube.ts";
 import { findCondition } from "../shared/conditions.ts";
@@ -255,7 +255,7 @@ export async function getClusterConfig(hub: KubeClient, cluster: string, output?
   const tail = !config
     ? "No AgentConfig: the agent runs its install-time settings."
     : leaves.length
-      ? table(["SETTING", "VALUE"], leaves.map((p) => [p, show(valueAt(settings, p))]))
+      ? table(["SETTING", "VALUE"], leaves.map((p) => [showPath(p), show(valueAt(settings, p))]))
       : "No settings: the agent runs its install-time settings.";
   return `${table(undefined, rows)}\n\n${tail}`;
 }
@@ -279,7 +279,7 @@ export async function listClusterConfigs(hub: KubeClient, output?: Output): Prom
   return table(["CLUSTER", "ASSIGNED", "ACTIVE", "LAST-KNOWN-GOOD", "REASON"], rows);
 }
 
-const valueAt = (o: unknown, path: string): unknown => path.split(".").reduce<unknown>((v, k) => (isObject(v) ? v[k] : undefined), o);
+const valueAt = (o: unknown, path: readonly string[]): unknown => path.reduce<unknown>((v, k) => (isObject(v) ? v[k] : undefined), o);
 const show = (v: unknown) => (v === "" ? '""' : typeof v === "string" ? v : JSON.stringify(v));
 
 // Columns padded to their widest cell; without a header, a two-column list of names and values.

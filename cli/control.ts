@@ -1,11 +1,13 @@
 // The running `npm start`'s control endpoint (loopback only): what the CLI asks of the parts that live
 // inside that process, such as a spoke's heartbeat sidecar. Its URL is kept in .local/control.json.
-import { createServer, type Server } from "node:http";
+import type { Server } from "node:http";
 import { readFileSync } from "node:fs";
 import type { Fleet } from "../dev/local/fleet.ts";
+import { boundedServer, CONNECTION_LIMITS } from "../shared/cloudevents-server.ts";
 
 export async function serveControl(fleet: Fleet): Promise<{ url: string; server: Server }> {
-  const server = createServer((req, res) => {
+  // one CLI call at a time; bounded like every server of ours (issue 23)
+  const server = boundedServer({ ...CONNECTION_LIMITS, maxConnections: 16 }, (req, res) => {
     const m = /^\/heartbeats\/([a-z0-9-]+)\/(start|stop)$/.exec(req.url ?? "");
     if (req.method !== "POST" || !m) {
       res.writeHead(404).end("POST /heartbeats/<cluster>/start|stop\n");

@@ -1,10 +1,9 @@
 // `ocmf install hub`, what `clusteradm init` does for this project: render the hub, apply it, wait as
 // --wait says, then make a bootstrap token and print the command that joins a cluster with it. The
 // render also holds the ServiceAccount `clusteradm get token` asks a token of (cli/render/hub.ts).
-import { writeFileSync } from "node:fs";
 import type { KubeClient } from "../shared/kube/client.ts";
 import { applyAll, missingKinds } from "./apply.ts";
-import { bootstrapKubeconfig, createBootstrapToken, hubEndpointOf } from "./bootstrap-token.ts";
+import { checkWritableFolder, hubEndpointOf, issueJoinToken, type TokenTtl } from "./bootstrap-token.ts";
 import { Discovery } from "./discovery.ts";
 import { waitUntilReady, type WaitLevel } from "./readiness.ts";
 import { HubNamespaceDefault, renderHub, type HubOptions } from "./render/index.ts";
@@ -14,7 +13,7 @@ export type Waiting = { level: WaitLevel; timeoutMs: number; timeoutText: string
 export type InstallHubOptions = {
   render: HubOptions;
   wait: Waiting;
-  tokenTtlMs?: number; // none: the token does not expire, as clusteradm's
+  tokenTtlMs?: TokenTtl; // none: DefaultTokenTtlMs, a day
   bootstrapKubeconfigFile?: string; // also write the bootstrap kubeconfig here, for `ocmf join --hub-kubeconfig`
 };
 
@@ -28,7 +27,8 @@ export async function refuseMissingKinds(client: KubeClient, objects: Parameters
 }
 
 export async function installHub(hub: KubeClient, o: InstallHubOptions, print: (line: string) => void): Promise<void> {
-  const endpoint = hubEndpointOf(hub); // before anything is applied: the join command needs the CA
+  hubEndpointOf(hub); // before anything is applied: the join command needs the CA
+  if (o.bootstrapKubeconfigFile) checkWritableFolder(o.bootstrapKubeconfigFile); // and the file its folder
   const objects = renderHub(o.render);
   await refuseMissingKinds(hub, objects, "hub");
   print(`installing the hub on ${hub.server}: ${objects.length} objects, --wait ${o.wait.level}`);
@@ -36,23 +36,8 @@ export async function installHub(hub: KubeClient, o: InstallHubOptions, print: (
   await applyAll(hub, objects, { waitForCrds: o.wait.level !== "none", deadline, print });
   if (o.wait.level === "all") await waitUntilReady(hub, objects, { deadline, timeoutText: o.wait.timeoutText, print });
 
-  const token = await createBootstrapToken(hub, { now: new Date(), ttlMs: o.tokenTtlMs });
   const ns = o.render.namespace ?? HubNamespaceDefault;
   print("");
   print(`The hub is installed (namespace ${ns}).`);
-  print(`Bootstrap token ${token.id} (kube-system/bootstrap-token-${token.id}) ${token.expires ? `expires ${token.expires.toISOString()}` : "does not expire"}.`);
-  print("");
-  print("To join a cluster, run this with the cluster's kubeconfig (--kubeconfig or KUBECONFIG):");
-  print("");
-  const ca = Buffer.from(endpoint.caPem).toString("base64");
-  print(`    ocmf join --hub-token ${token.token} --hub-apiserver ${endpoint.server} --hub-ca-data ${ca} --cluster-name <cluster_name>`);
-  if (o.bootstrapKubeconfigFile) {
-    writeFileSync(o.bootstrapKubeconfigFile, bootstrapKubeconfig(endpoint, token.token), { mode: 0o600 });
-    print("");
-    print(`or, with the bootstrap kubeconfig written to ${o.bootstrapKubeconfigFile}:`);
-    print("");
-    print(`    ocmf join --hub-kubeconfig ${o.bootstrapKubeconfigFile} --cluster-name <cluster_name>`);
-  }
-  print("");
-  print("Replace <cluster_name> with the cluster's name, e.g. cluster1; then accept it here: ocmf accept --clusters <cluster_name>");
+  await issueJoinToken(hub, { ttlMs: o.tokenTtlMs, bootstrapKubeconfigFile: o.bootstrapKubeconfigFile }, print);
 }

@@ -11,6 +11,7 @@ import { readBootstrapKubeconfig } from "./kubeconfig-file.ts";
 import { refuseMissingKinds, type Waiting } from "./install.ts";
 import { waitUntilReady } from "./readiness.ts";
 import { renderSpoke, type SpokeOptions } from "./render/index.ts";
+import { sleep } from "../shared/timers.ts";
 
 export type HubConnectionFlags = { hubKubeconfig?: string; hubToken?: string; hubApiserver?: string; hubCaData?: string; hubCaFile?: string };
 
@@ -85,7 +86,7 @@ export async function joinSpoke(spoke: KubeClient, o: JoinOptions, print: (line:
           break;
         }
         if (Date.now() > deadline) throw new Error(`not ready after ${o.wait.timeoutText}: the agent has not registered cluster ${cluster} on the hub`);
-        await new Promise((r) => setTimeout(r, delay));
+        await sleep(delay);
       }
     }
     print("");

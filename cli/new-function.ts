@@ -23,7 +23,7 @@ export const invocationDir = (env: NodeJS.ProcessEnv = process.env) => env.INIT_
 const templateWrites: Record<"source" | "target", { why: string; rule: RbacRule }[]> = {
   source: [],
   target: [
-    { why: "the reconcile creates, updates and deletes the copies", rule: { apiGroups: [""], resources: ["configmaps"], verbs: ["create", "update", "delete"] } },
+    { why: "the reconcile creates, seals (patch), updates and deletes the copies", rule: { apiGroups: [""], resources: ["configmaps"], verbs: ["create", "patch", "update", "delete"] } },
     { why: "and creates a copy's namespace when the target lacks it", rule: { apiGroups: [""], resources: ["namespaces"], verbs: ["get", "create"] } },
   ],
 };
@@ -75,7 +75,8 @@ function checkPlace(out: string): void {
 }
 
 function scaffold(o: NewFunctionOptions, out: string): Record<string, string> {
-  const config = ConfigSchema.parse({ source: o.source, targets: o.targets });
+  // The watches do not depend on the copy seal key; a throwaway one lets the settings parse.
+  const config = ConfigSchema.parse({ source: o.source, targets: o.targets, copySealKey: Buffer.alloc(32).toString("base64") });
   const reads = watchRules(template.definition.watches(config));
   const source = (file: string) => readFileSync(join(templates, file), "utf8");
   let fn = adapt(source("function.ts"), out);
@@ -155,6 +156,10 @@ function funcYaml(o: NewFunctionOptions, subscriptions: Subscription[]): string 
     `      value: ${scalar(o.source)}`,
     "    - name: TARGETS",
     `      value: ${JSON.stringify(o.targets.join(","))}`,
+    `    # The key the function seals its copies with, from a Secret only it reads: create it once with`,
+    `    # kubectl create secret generic ${o.name}-copy-seal --from-literal=key="$(openssl rand -base64 32)"`,
+    "    - name: COPY_SEAL_KEY",
+    `      value: "{{ secret:${o.name}-copy-seal:key }}"`,
     `    # Credentials: the cluster the function runs in (${o.source}) through its ServiceAccount, every other`,
     "    # through <cluster>.kubeconfig in this directory, mounted from the Secret below.",
     "    - name: OCM_CLUSTER_NAME",

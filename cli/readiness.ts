@@ -9,6 +9,7 @@ import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
 import { Discovery, typeName } from "./discovery.ts";
 import { rankOf } from "./apply.ts";
 import { again } from "./transient.ts";
+import { sleep } from "../shared/timers.ts";
 
 export type WaitLevel = "none" | "crds" | "all";
 
@@ -67,6 +68,6 @@ export async function waitUntilReady(client: KubeClient, objects: readonly Manif
       const named = pending.slice(0, 3).map(({ x, why }) => `${typeName(x)} ${x.metadata.namespace ? `${x.metadata.namespace}/` : ""}${x.metadata.name} (${why})`);
       throw new Error(`not ready after ${o.timeoutText}: ${named.join("; ")}${pending.length > 3 ? ` and ${pending.length - 3} more` : ""}`);
     }
-    await new Promise((r) => setTimeout(r, delay));
+    await sleep(delay);
   }
 }

@@ -1,5 +1,5 @@
 // `npm start`: a local hub and two spokes on real control planes, every function running as a
-// faas-js-runtime server under its own identity, fed by the relays, plus each spoke's heartbeat
+// CloudEvents server (shared/cloudevents-server.ts) under its own identity, fed by the relays, plus each spoke's heartbeat
 // sidecar, until Ctrl-C. cluster1 joins by auto-approval; cluster2 waits for `ocmf accept`.
 import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
@@ -7,6 +7,8 @@ import { startFleet } from "../dev/local/fleet.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { addonTable, clusterDetails, clusterTable } from "./cluster-table.ts";
 import { serveControl } from "./control.ts";
+import { writeSecretFile } from "./secret-file.ts";
+import { sleep } from "../shared/timers.ts";
 
 const root = join(import.meta.dirname, "..");
 const outDir = join(root, ".local");
@@ -46,7 +48,7 @@ async function shutdown(signal: string): Promise<void> {
 process.on("SIGINT", () => void shutdown("SIGINT"));
 process.on("SIGTERM", () => void shutdown("SIGTERM"));
 
-for (const c of fleet.clusters.clusters) writeFileSync(join(outDir, `${c.name}.kubeconfig`), c.adminKubeconfig, { mode: 0o600 });
+for (const c of fleet.clusters.clusters) writeSecretFile(join(outDir, `${c.name}.kubeconfig`), c.adminKubeconfig);
 writeFileSync(join(outDir, "control.json"), JSON.stringify({ url: control.url }));
 console.log(`
 Local clusters are up (control planes started in ${(fleet.clusters.startupMs / 1000).toFixed(1)} s):
@@ -74,5 +76,5 @@ for (;;) {
     console.log(`${new Date().toISOString().slice(11, 19)}\n${view}\n`);
     last = shape;
   }
-  await new Promise((r) => setTimeout(r, 1_000));
+  await sleep(1_000);
 }

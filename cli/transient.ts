@@ -1,9 +1,11 @@
 // One more try after an answer that says "later" (429, or a 5xx such as a CRD's storage still
 // initializing), as kubectl's client retries; no answer at all is reported at once, since it names a
-// wrong or unreachable server far more often than a blip.
-import { KubeError } from "../shared/kube/errors.ts";
+// wrong or unreachable server far more often than a blip. The classes are shared/kube/errors.ts's, the
+// functions' runtime's too; only "an answer came" is the CLI's own condition.
+import { classifyError, statusCodeOf } from "../shared/kube/errors.ts";
+import { sleep } from "../shared/timers.ts";
 
-const isTransient = (err: unknown) => err instanceof KubeError && (err.code === 429 || err.code >= 500);
+const isTransient = (err: unknown) => classifyError(err) === "transient" && (statusCodeOf(err) ?? 0) > 0;
 
 export async function again<T>(call: () => Promise<T>, attempts = 8): Promise<T> {
   for (let attempt = 1, delay = 200; ; attempt++, delay = Math.min(delay * 2, 3_000)) {
@@ -12,6 +14,6 @@ export async function again<T>(call: () => Promise<T>, attempts = 8): Promise<T>
     } catch (err) {
       if (!isTransient(err) || attempt >= attempts) throw err;
     }
-    await new Promise((r) => setTimeout(r, delay));
+    await sleep(delay);
   }
 }

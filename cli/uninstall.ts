@@ -21,6 +21,7 @@ import { Discovery, typeName, type TypeRef } from "./discovery.ts";
 import { again } from "./transient.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { partOfSelector, renderHub, renderSpoke } from "./render/index.ts";
+import { sleep } from "../shared/timers.ts";
 
 export type UninstallOptions = { purgeClusters: boolean; timeoutMs: number; timeoutText: string };
 
@@ -42,7 +43,7 @@ async function until(what: () => string, deadline: number, done: () => Promise<b
   for (let delay = 250; ; delay = Math.min(delay * 1.5, 2_000)) {
     if (await done()) return;
     if (Date.now() > deadline) throw new Error(what());
-    await new Promise((r) => setTimeout(r, delay));
+    await sleep(delay);
   }
 }
 

@@ -54,12 +54,14 @@ if [ "${1:-}" = test ]; then
   # Knative Eventing in pods on that node (test/eventing-node.test.ts).
   "$root/scripts/build-tools.sh" eventing >/dev/null
   # OCM v1.2.0's own programs, one variable each (test/placement-conformance.test.ts runs its placement
-  # controller beside our placement-scheduler).
-  ocm=$("$root/scripts/build-tools.sh" ocm | tail -n 3)
+  # controller beside our placement-scheduler, test/addon-health-conformance.test.ts its add-on manager
+  # beside our addon-manager).
+  ocm=$("$root/scripts/build-tools.sh" ocm | tail -n 4)
   OCM_FUNCTIONS_OCM_REGISTRATION=$(awk '$1 == "registration" {print $2}' <<<"$ocm")
   OCM_FUNCTIONS_OCM_WORK=$(awk '$1 == "work" {print $2}' <<<"$ocm")
+  OCM_FUNCTIONS_OCM_ADDON=$(awk '$1 == "addon" {print $2}' <<<"$ocm")
   OCM_FUNCTIONS_OCM_PLACEMENT=$(awk '$1 == "placement" {print $2}' <<<"$ocm")
-  export OCM_FUNCTIONS_OCM_REGISTRATION OCM_FUNCTIONS_OCM_WORK OCM_FUNCTIONS_OCM_PLACEMENT
+  export OCM_FUNCTIONS_OCM_REGISTRATION OCM_FUNCTIONS_OCM_WORK OCM_FUNCTIONS_OCM_ADDON OCM_FUNCTIONS_OCM_PLACEMENT
 fi
 
 cd "$root"

@@ -5,7 +5,7 @@
 import { createHash } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
-import { AgentConfigConditionType, AgentConfigGroup, AgentConfigReason, AgentSettingsSchema, type AgentConfig, type AgentSettings } from "./api/agent-config.ts";
+import { AgentConfigConditionType, AgentConfigGroup, AgentConfigReason, AgentSettingsSchema, FeatureGateNamePattern, SettingBounds, type AgentConfig, type AgentSettings } from "./api/agent-config.ts";
 import { findCondition } from "./conditions.ts";
 import { ConfigMapResource } from "./api/kube.ts";
 import type { KubeClient, KubeObject } from "./kube/client.ts";
@@ -34,7 +34,7 @@ const isoTime = z.string().refine((s) => !Number.isNaN(Date.parse(s)), { message
 export const ActiveConfigSchema = z.object({ hash: z.string().min(1), settings: AgentSettingsSchema });
 export type ActiveConfig = z.infer<typeof ActiveConfigSchema>;
 // The last valid assigned config, and when its trial began (RFC 3339).
-export const AssignedConfigSchema = ActiveConfigSchema.extend({ trialSeconds: z.int().min(1), since: isoTime });
+export const AssignedConfigSchema = ActiveConfigSchema.extend({ trialSeconds: z.int().min(SettingBounds.trialSeconds.min).max(SettingBounds.trialSeconds.max), since: isoTime });
 export type AssignedConfig = z.infer<typeof AssignedConfigSchema>;
 export const LastKnownGoodSchema = ActiveConfigSchema;
 export type LastKnownGood = z.infer<typeof LastKnownGoodSchema>;
@@ -127,6 +127,22 @@ function parseJsonKey<T>(data: Readonly<Record<string, string>> | undefined, key
   }
 }
 
+// The checkpoint's active key as the components read it (the install-time config when it is absent or
+// unreadable), with why it was not used when it was present: only an agent-config function older than
+// the component, or a hand edit, writes settings the component's schema refuses, and that is said.
+export function readActiveKey(text: string | undefined): { active: ActiveConfig; error?: string } {
+  if (text === undefined) return { active: installTimeConfig() };
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    return { active: installTimeConfig(), error: `active: not JSON: ${(err as Error).message}` };
+  }
+  const parsed = ActiveConfigSchema.safeParse(json);
+  if (parsed.success) return { active: parsed.data };
+  return { active: installTimeConfig(), error: parsed.error.issues.map((i) => `${showPath(["active", ...i.path.map(String)])}: ${issueMessage(i)}`).join("; ") };
+}
+
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 
 // What a component runs with now: the checkpoint's active config, or the install-time settings when
@@ -165,7 +181,9 @@ export async function recordHealth(client: KubeClient, namespace: string, key: H
 }
 
 // The allow-list (OCM_AGENT_CONFIG_ALLOW): setting paths an assigned config may change on this
-// cluster. A path allows everything under it (`features` allows `features.SomeGate`).
+// cluster. A path allows everything under it (`features` allows `features.SomeGate`). Paths are
+// compared segment by segment, never as strings: `features.a` must not allow a gate named `a.b`
+// (issue 23; the schema refuses such names too, but the allow-list does not rely on it).
 export type AllowList = "all" | readonly string[];
 
 // Paths an allow-list may name: each setting, each heartbeat field, `features` and any `features.<gate>`.
@@ -173,7 +191,8 @@ export const settingPaths: readonly string[] = Object.entries(AgentSettingsSchem
   const inner = (field as z.ZodOptional<z.ZodType>).unwrap();
   return inner instanceof z.ZodObject ? [key, ...Object.keys(inner.shape).map((k) => `${key}.${k}`)] : [key];
 });
-const isKnownPath = (p: string) => settingPaths.includes(p) || /^features\.[^.]+$/.test(p);
+const gatePath = new RegExp(`^features\\.${FeatureGateNamePattern.slice(1)}`);
+const isKnownPath = (p: string) => settingPaths.includes(p) || gatePath.test(p);
 
 // Unset or empty: all (the default); "none": nothing may be changed remotely; else comma-separated
 // paths, each one a known setting path.
@@ -190,22 +209,43 @@ export const AllowListSchema = z
   });
 export const parseAllowList = (text: string | undefined): AllowList => AllowListSchema.parse(text);
 
-export const isPathAllowed = (path: string, allow: AllowList) => allow === "all" || allow.some((a) => path === a || path.startsWith(`${a}.`));
+// A setting's path as its segments: a key of the settings, of heartbeat, or a feature gate's name, which
+// are never split again.
+export type SettingPath = readonly string[];
 
-// Every leaf a config sets, as a path (`heartbeat.proxyURL`, `features.SomeGate`), in sorted order.
-export function settingLeaves(settings: AgentSettings): string[] {
-  const walk = (o: Record<string, unknown>, prefix: string): string[] =>
-    Object.entries(o).flatMap(([k, v]) => (v === undefined ? [] : isPlainObject(v) ? walk(v, `${prefix}${k}.`) : [`${prefix}${k}`]));
-  return walk(settings as Record<string, unknown>, "").sort();
+// An allow-list entry's segments: every known path is a setting, or a setting and one key under it.
+const entrySegments = (entry: string): SettingPath => {
+  const dot = entry.indexOf(".");
+  return dot < 0 ? [entry] : [entry.slice(0, dot), entry.slice(dot + 1)];
+};
+
+const isPrefix = (prefix: SettingPath, path: SettingPath) => prefix.length <= path.length && prefix.every((s, i) => s === path[i]);
+
+export const isPathAllowed = (path: SettingPath, allow: AllowList) => allow === "all" || allow.some((a) => isPrefix(entrySegments(a), path));
+
+// How a path is shown: segments joined with ".", a segment that itself holds a dot (or is empty) quoted.
+export const showPath = (path: SettingPath) => path.map((s) => (s === "" || s.includes(".") ? JSON.stringify(s) : s)).join(".");
+
+// Every leaf a config sets, as its segments (["heartbeat", "proxyURL"], ["features", "SomeGate"]), in the
+// sorted order of their shown paths.
+export function settingLeaves(settings: AgentSettings): SettingPath[] {
+  const walk = (o: Record<string, unknown>, prefix: SettingPath): SettingPath[] =>
+    Object.entries(o).flatMap(([k, v]) => (v === undefined ? [] : isPlainObject(v) ? walk(v, [...prefix, k]) : [[...prefix, k]]));
+  return walk(settings as Record<string, unknown>, []).sort((a, b) => (showPath(a) < showPath(b) ? -1 : showPath(a) > showPath(b) ? 1 : 0));
 }
 
-const valueAt = (o: unknown, path: string): unknown => path.split(".").reduce<unknown>((v, k) => (isPlainObject(v) ? v[k] : undefined), o);
+const valueAt = (o: unknown, path: SettingPath): unknown => path.reduce<unknown>((v, k) => (isPlainObject(v) && Object.hasOwn(v, k) ? v[k] : undefined), o);
 
 // The first path the config sets outside the allow-list to something other than the install-time
-// value, or undefined when the config may be applied. A config is refused as a whole, never in part.
+// value (as showPath shows it), or undefined when the config may be applied. A config is refused as a
+// whole, never in part.
 export function disallowedPath(settings: AgentSettings, allow: AllowList, installTime: AgentSettings = {}): string | undefined {
-  return settingLeaves(settings).find((p) => !isPathAllowed(p, allow) && !isDeepStrictEqual(valueAt(settings, p), valueAt(installTime, p)));
+  const path = settingLeaves(settings).find((p) => !isPathAllowed(p, allow) && !isDeepStrictEqual(valueAt(settings, p), valueAt(installTime, p)));
+  return path && showPath(path);
 }
+
+// A record key's issue says only "Invalid key in record": what is wrong with the key comes after it.
+const issueMessage = (i: z.core.$ZodIssue): string => (i.code === "invalid_key" ? `${i.message}: ${i.issues.map((x) => x.message).join("; ")}` : i.message);
 
 export type SettingsJudgement = { ok: true; settings: AgentSettings } | { ok: false; error: string };
 
@@ -213,7 +253,7 @@ export type SettingsJudgement = { ok: true; settings: AgentSettings } | { ok: fa
 export function validateSettings(raw: unknown): SettingsJudgement {
   const parsed = AgentSettingsSchema.safeParse(raw ?? {});
   if (parsed.success) return { ok: true, settings: parsed.data };
-  const error = parsed.error.issues.map((i) => `${["spec.settings", ...i.path.map(String)].join(".")}: ${i.message}`).join("; ");
+  const error = parsed.error.issues.map((i) => `${showPath(["spec", "settings", ...i.path.map(String)])}: ${issueMessage(i)}`).join("; ");
   return { ok: false, error };
 }
 

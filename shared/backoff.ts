@@ -1,5 +1,7 @@
 // Waiting in the long-lived components (relay, heartbeat): exponential backoff with jitter, and delays
 // that end early when a signal aborts, so stop() never waits out a retry.
+import { sleep } from "./timers.ts";
+
 export type BackoffConfig = { initialMs: number; maxMs: number };
 
 export type Backoff = { next(): number; reset(): void };
@@ -19,16 +21,5 @@ export function exponentialBackoff(c: BackoffConfig, random: () => number = Math
   };
 }
 
-// Resolves after ms, or at once when signal aborts; never rejects.
-export function delay(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
+// Resolves after ms (clamped as every timer is: shared/timers.ts), or at once when signal aborts; never rejects.
+export const delay = (ms: number, signal?: AbortSignal): Promise<void> => sleep(ms, signal);

@@ -3,7 +3,7 @@
 // these rules and the cluster-acceptor counts only what they accept, so the two never disagree.
 import { CsrConditionType, KeyUsage, type CertificateSigningRequest } from "./api/certificates.ts";
 import { KubeAPIServerClientSignerName } from "./api/kube.ts";
-import { ClusterLabel } from "./api/cluster.ts";
+import { ClusterLabel, isReservedClusterName, reservedClusterNameMessage } from "./api/cluster.ts";
 import { CsrUsages, ManagedClustersGroup, SubjectPrefix, clusterGroup } from "./api/registration.ts";
 import { mayAutoApprove } from "./auto-approval.ts";
 import type { RequestInfo } from "./pki.ts";
@@ -26,9 +26,12 @@ export type Recognised = { cluster: string; agent: string; commonName: string };
 
 // "Recognised" as OCM's validateCSR has it, plus two checks OCM leaves to the signer: the usages of a
 // client certificate, and a valid self-signature (kube-controller-manager refuses to sign without one).
+// Stricter than OCM, a reserved cluster name is never recognised (shared/api/cluster.ts): no cluster
+// may have one, so no certificate is issued for one, not even to an auto-approval user allowed any name.
 export function recogniseAgentCsr(csr: CertificateSigningRequest, request: RequestInfo): Recognised | { reason: string } {
   const cluster = csr.metadata.labels?.[ClusterLabel.ClusterName];
   if (!cluster) return { reason: `no ${ClusterLabel.ClusterName} label` };
+  if (isReservedClusterName(cluster)) return { reason: reservedClusterNameMessage(cluster) };
   if (csr.spec.signerName !== KubeAPIServerClientSignerName) return { reason: `signer ${csr.spec.signerName}` };
   const usages = csr.spec.usages ?? [];
   if (!usages.includes(KeyUsage.ClientAuth) || usages.some((u) => !agentUsages.has(u))) return { reason: `usages ${usages.join(", ")}` };

@@ -1,7 +1,9 @@
 // The cluster lease the hub makes and the agent renews (ocm-protocol §1.8, §4.3): one place that makes
-// it, for the cluster-acceptor (on acceptance) and the cluster-lease-monitor (when it is missing).
+// it, for the cluster-acceptor (on acceptance) and the cluster-lease-monitor (when it is missing), and
+// one rule for when it has expired, for the lease monitor (which marks the cluster Unknown) and
+// spoke-cluster-status (which claims no availability while the hub may judge it so: issue 24).
 import { LeaseResource } from "./api/kube.ts";
-import { ClusterLabel, ManagedClusterLeaseName } from "./api/cluster.ts";
+import { ClusterLabel, DefaultLeaseDurationSeconds, ManagedClusterLeaseName, type ManagedCluster } from "./api/cluster.ts";
 import { microTime } from "./clock.ts";
 import type { KubeClient, KubeObject } from "./kube/client.ts";
 import { isAlreadyExists } from "./kube/errors.ts";
@@ -27,3 +29,15 @@ export async function createClusterLease(hub: KubeClient, cluster: string, now: 
     return lease;
   }
 }
+
+// OCM: grace = 5 × leaseDurationSeconds, and 0 means the default (FIX #183: a zero grace period
+// rewrote the condition without end).
+export function gracePeriodMs(cluster: ManagedCluster, multiplier: number): number {
+  return multiplier * (cluster.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1000;
+}
+
+// A lease nobody ever renewed counts from its creation (OCM would crash on it).
+export const lastRenewal = (lease: Lease): number => Date.parse(lease.spec?.renewTime ?? lease.spec?.acquireTime ?? lease.metadata.creationTimestamp ?? "") || 0;
+
+// The moment the lease expires: its last renewal plus the grace. Expired once now has reached it.
+export const leaseExpiresAt = (lease: Lease, cluster: ManagedCluster, multiplier: number): number => lastRenewal(lease) + gracePeriodMs(cluster, multiplier);

@@ -1,7 +1,10 @@
 // Cross-cluster ownership: the marks a copy on one cluster carries to name its owner on another, and
 // the garbage collection of copies (orphans collected, owner deletion waiting for its copies, orphaning
-// on request). The convention and how it differs from Kubernetes' ownerReferences: docs/cross-cluster-ownership.md.
-import { createHash } from "node:crypto";
+// on request). Only copies the function sealed (an HMAC over the copy's own identity, uid included,
+// and its owner's, under the function's key) are ever deleted or released: marks alone are writable by
+// anyone who may patch the object. The convention, the seal and how it differs from Kubernetes'
+// ownerReferences: docs/cross-cluster-ownership.md.
+import { createHash, createHmac, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
 import type { ApiResource } from "./api/meta.ts";
 import { addFinalizer, removeFinalizer } from "./apply.ts";
@@ -20,6 +23,8 @@ export const OwnerAnnotation = {
   name: `${prefix}/owner-name`,
   uid: `${prefix}/owner-uid`,
 } as const;
+// On the copy: the function's seal over the copy (cluster, kind, namespace, name, uid) and its owner.
+export const SealAnnotation = `${prefix}/seal` as const;
 // On the owner: "Orphan" releases its copies when it is deleted, "Delete" (or no annotation) deletes them.
 export const DeletePolicyAnnotation = `${prefix}/delete-policy` as const;
 export const CopiesFinalizer = `${prefix}/copies` as const;
@@ -67,6 +72,53 @@ export class MalformedOwnerMarks extends Error {
     super(`${copy} carries malformed cross-cluster owner marks: ${problems.join("; ")}`);
     this.name = "MalformedOwnerMarks";
     this.problems = problems;
+  }
+}
+
+// The function's key for sealing its copies: at least 32 random bytes, known only to the function (a
+// setting read from a Secret). Whoever holds it can make any object look like a copy: keep it as you
+// keep the function's credentials.
+export const CopySealKeySchema = z.string().superRefine((s, ctx) => {
+  const problem = sealKeyProblem(s);
+  if (problem) ctx.addIssue({ code: "custom", message: problem });
+});
+const MIN_KEY_BYTES = 32;
+const SEAL_VERSION = "v1";
+
+function sealKeyProblem(text: string): string | undefined {
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) return "the copy seal key is not base64";
+  const bytes = Buffer.from(text, "base64").length;
+  return bytes < MIN_KEY_BYTES ? `the copy seal key has ${bytes} bytes, not at least ${MIN_KEY_BYTES}` : undefined;
+}
+
+export class CopySeal {
+  readonly #key: Buffer;
+  private constructor(key: Buffer) {
+    this.#key = key;
+  }
+
+  // From the setting's base64 text; a clear error for anything shorter than 32 bytes or not base64.
+  static fromBase64(text: string): CopySeal {
+    const problem = sealKeyProblem(text);
+    if (problem) throw new Error(problem);
+    return new CopySeal(Buffer.from(text, "base64"));
+  }
+
+  // The seal of a copy with this identity (its uid as the API server gave it) and this owner.
+  sealOf(copy: ObjectKey, uid: string, owner: CrossClusterOwner): string {
+    const identity = JSON.stringify([
+      SEAL_VERSION,
+      [copy.cluster, copy.resource.group, copy.resource.kind, copy.namespace ?? "", copy.name, uid],
+      [owner.cluster, groupOf(owner.apiVersion), owner.kind, owner.namespace ?? "", owner.name, owner.uid],
+    ]);
+    return `${SEAL_VERSION}.${createHmac("sha256", this.#key).update(identity).digest("base64url")}`;
+  }
+
+  matches(seal: string | undefined, copy: ObjectKey, uid: string, owner: CrossClusterOwner): boolean {
+    if (seal === undefined) return false;
+    const want = Buffer.from(this.sealOf(copy, uid, owner));
+    const have = Buffer.from(seal);
+    return have.length === want.length && timingSafeEqual(have, want);
   }
 }
 
@@ -132,6 +184,68 @@ export function ownerOf(copy: KubeObject, copyCluster?: string): CrossClusterOwn
   return parsed.data!;
 }
 
+// What the function may do with an object found at a copy's place: nothing unless it is a copy it sealed.
+export type CopyJudgement =
+  | { state: "unmarked" } // carries no marks: not a copy at all
+  | { state: "foreign"; reason: string } // marks without this function's valid seal: never touched
+  | { state: "sealed"; owner: CrossClusterOwner }; // a copy this function made, for `owner`
+
+// Whether `copy`, found at `at`, is a copy this function sealed. The seal covers the copy's cluster,
+// kind, namespace, name and uid, and its owner: marks written by hand, or copied from a real copy onto
+// another object (another uid), are foreign. A sealed copy's marks must still be whole (MalformedOwnerMarks).
+export function judgeCopy(seal: CopySeal, copy: KubeObject, at: ObjectKey): CopyJudgement {
+  const labels = mapOf(copy, "labels");
+  const annotations = mapOf(copy, "annotations");
+  const marked = OwnedLabel in labels || OwnerHashLabel in labels || SealAnnotation in annotations || Object.values(OwnerAnnotation).some((a) => a in annotations);
+  if (!marked) return { state: "unmarked" };
+  const claimed = CrossClusterOwnerSchema.safeParse(Object.fromEntries(Object.entries(OwnerAnnotation).map(([field, a]) => [field, annotations[a]])));
+  if (!claimed.success) return { state: "foreign", reason: "its owner annotations do not name an owner, so no seal can match them" };
+  if (!copy.metadata.uid) throw new Error(`${describe(copy, at.cluster)} has no uid: judge a copy as read from its cluster`);
+  if (annotations[SealAnnotation] === undefined) return { state: "foreign", reason: `it has no ${SealAnnotation} annotation` };
+  if (!seal.matches(annotations[SealAnnotation], at, copy.metadata.uid, claimed.data)) return { state: "foreign", reason: `its ${SealAnnotation} annotation is not this function's seal of this object and owner` };
+  const owner = ownerOf(copy, at.cluster)!; // sealed, so a label out of step is a defect to report
+  return { state: "sealed", owner };
+}
+
+// The owner a copy names, only when this function sealed it; undefined for an unmarked or foreign object.
+export function sealedOwnerOf(seal: CopySeal, copy: KubeObject, at: ObjectKey): CrossClusterOwner | undefined {
+  const judged = judgeCopy(seal, copy, at);
+  return judged.state === "sealed" ? judged.owner : undefined;
+}
+
+// The marks, seal included, for the copy at `copy` whose uid is `uid`: for updating a sealed copy
+// (to a new owner incarnation too), where the uid is known.
+export function sealedMarks(seal: CopySeal, owner: KubeObject, ownerCluster: string, copy: ObjectKey, uid: string): OwnerMarks {
+  const marks = ownedBy(owner, ownerCluster);
+  return { labels: marks.labels, annotations: { ...marks.annotations, [SealAnnotation]: seal.sealOf(copy, uid, ownerIdentity(owner, ownerCluster)) } };
+}
+
+// Creates a copy (its body carrying ownedBy's marks), then seals it: the uid the seal covers exists
+// only once the API server has made the object. The seal is written with the created resourceVersion,
+// so it lands on that object or nowhere. If it cannot be written, the unsealed copy, which would be
+// foreign to the function forever, is deleted (that uid only) and the error is thrown.
+export async function createSealedCopy<T extends KubeObject>(io: GcIo, seal: CopySeal, copy: ObjectKey, body: T): Promise<T> {
+  const client = io.cluster(copy.cluster);
+  const owner = ownerOf(body, copy.cluster);
+  if (!owner) throw new Error(`${describe(body, copy.cluster)}: a copy is created with ownedBy's marks`);
+  if (body.metadata.name !== copy.name || (body.metadata.namespace ?? undefined) !== copy.namespace) throw new Error(`${describe(body, copy.cluster)} is not at ${copy.namespace ? `${copy.namespace}/` : ""}${copy.name}`);
+  const created = await client.create<T>(copy.resource, body);
+  const annotations = { [SealAnnotation]: seal.sealOf(copy, created.metadata.uid!, owner) };
+  try {
+    return await client.patch<T>(copy.resource, copy.name, { metadata: { resourceVersion: created.metadata.resourceVersion, annotations } }, { namespace: copy.namespace });
+  } catch (err) {
+    try {
+      await client.delete(copy.resource, copy.name, copy.namespace, { uid: created.metadata.uid });
+    } catch (cleanup) {
+      io.log.error({ copy: { cluster: copy.cluster, namespace: copy.namespace, name: copy.name, uid: created.metadata.uid }, error: cleanup instanceof Error ? cleanup.message : String(cleanup) }, "an unsealed copy is left: delete it by hand");
+    }
+    throw err;
+  }
+}
+
+const foreignLog = (io: GcIo, copy: KubeObject, cluster: string, reason: string) =>
+  io.log.warn({ object: { cluster, namespace: copy.metadata.namespace, name: copy.metadata.name, uid: copy.metadata.uid }, reason }, "left alone: forged or foreign cross-cluster owner marks");
+
 // Where `apiVersion`/`kind` is served on the cluster, by discovery; undefined when it is not. A GET of
 // an unserved resource answers 404 just as a missing object does, so only discovery tells them apart.
 async function servedResource(client: KubeClient, apiVersion: string, kind: string): Promise<ApiResource | undefined> {
@@ -194,20 +308,26 @@ async function allSettled<T>(work: Promise<T>[]): Promise<T[]> {
 
 // Takes the owner marks off a copy, as Kubernetes' orphaning takes the ownerReference off a dependent.
 function releaseCopy(client: KubeClient, r: ApiResource, copy: KubeObject): Promise<KubeObject> {
-  const annotations = Object.fromEntries(Object.values(OwnerAnnotation).map((a) => [a, null]));
+  const annotations = Object.fromEntries([...Object.values(OwnerAnnotation), SealAnnotation].map((a) => [a, null]));
   const patch = { metadata: { resourceVersion: copy.metadata.resourceVersion, labels: { [OwnedLabel]: null, [OwnerHashLabel]: null }, annotations } };
   return client.patch(r, copy.metadata.name!, patch, { namespace: copy.metadata.namespace });
 }
 
 // Deletes the copy at `copy` when the owner it names is gone or was replaced by a new incarnation.
-// A copy that is gone, or carries no marks, is no concern. An owner that cannot be read (its cluster
-// unreachable, its kind not served) keeps the copy: a partition must never delete copies.
-export async function collectOrphanedCopy(io: GcIo, copy: ObjectKey): Promise<Outcome> {
+// A copy that is gone, or carries no marks, is no concern; one without this function's seal is not
+// its copy (logged, never deleted). An owner that cannot be read (its cluster unreachable, its kind
+// not served) keeps the copy: a partition must never delete copies.
+export async function collectOrphanedCopy(io: GcIo, copy: ObjectKey, seal: CopySeal): Promise<Outcome> {
   const client = io.cluster(copy.cluster);
   const current = await client.get(copy.resource, copy.name, copy.namespace);
   if (!current) return done;
-  const owner = ownerOf(current, copy.cluster);
-  if (!owner) return done;
+  const judged = judgeCopy(seal, current, copy);
+  if (judged.state === "unmarked") return done;
+  if (judged.state === "foreign") {
+    foreignLog(io, current, copy.cluster, judged.reason);
+    return done;
+  }
+  const owner = judged.owner;
   const at = { copy: { cluster: copy.cluster, namespace: copy.namespace, name: copy.name }, owner };
   const verdict = await judgeOwner(io, owner);
   switch (verdict.state) {
@@ -264,8 +384,21 @@ async function lookForCopies(io: GcIo, places: CopyPlaces, cluster: string, sele
   }
 }
 
-// Deletes or releases the copies found on one cluster, then lists again: only an empty list confirms.
-async function settleCopies(io: GcIo, places: CopyPlaces, look: { cluster: string; copies: KubeObject[] }, o: { policy: DeletePolicy; selector: string }): Promise<"clear" | "waiting" | "unreachable"> {
+// The copies this function sealed among those listed on one cluster; the rest are logged and left alone.
+function sealedAmong(io: GcIo, seal: CopySeal, places: CopyPlaces, cluster: string, listed: KubeObject[], log: boolean): KubeObject[] {
+  const ours: KubeObject[] = [];
+  for (const copy of listed) {
+    const at = { cluster, resource: places.resource, namespace: copy.metadata.namespace, name: copy.metadata.name! };
+    const judged = judgeCopy(seal, copy, at);
+    if (judged.state === "sealed") ours.push(copy);
+    else if (log && judged.state === "foreign") foreignLog(io, copy, cluster, judged.reason);
+  }
+  return ours;
+}
+
+// Deletes or releases this function's copies found on one cluster, then lists again: only a list
+// without any of them confirms.
+async function settleCopies(io: GcIo, seal: CopySeal, places: CopyPlaces, look: { cluster: string; copies: KubeObject[] }, o: { policy: DeletePolicy; selector: string }): Promise<"clear" | "waiting" | "unreachable"> {
   if (!look.copies.length) return "clear";
   const client = io.cluster(look.cluster);
   try {
@@ -279,17 +412,20 @@ async function settleCopies(io: GcIo, places: CopyPlaces, look: { cluster: strin
       }
     }
     const after = await client.list(places.resource, { namespace: places.namespace, labelSelector: o.selector });
-    return after.items.length ? "waiting" : "clear";
+    const left = sealedAmong(io, seal, places, look.cluster, after.items.map((i) => ({ ...i, kind: places.resource.kind })), false);
+    return left.length ? "waiting" : "clear";
   } catch (err) {
     if (classifyError(err) === "transient") return "unreachable";
     throw err;
   }
 }
 
-// For an owner being deleted that holds the copies finalizer: deletes (or, on request, releases) its
-// copies on every cluster of `places`, and removes the finalizer only once every one of them has
-// confirmed that none is left. An unreachable cluster keeps the finalizer on and asks for a recheck.
-export async function finalizeOwner(io: GcIo, owner: ObjectKey, places: CopyPlaces): Promise<Outcome> {
+// For an owner being deleted that holds the copies finalizer: deletes (or, on request, releases) the
+// copies this function sealed for it on every cluster of `places`, and removes the finalizer only once
+// every one of them has confirmed that none is left. Objects that carry the owner's marks without the
+// seal are not its copies: logged, never touched, never waited for. An unreachable cluster keeps the
+// finalizer on and asks for a recheck.
+export async function finalizeOwner(io: GcIo, owner: ObjectKey, places: CopyPlaces, seal: CopySeal): Promise<Outcome> {
   const client = io.cluster(owner.cluster);
   let current = await client.get(owner.resource, owner.name, owner.namespace);
   if (!current?.metadata.deletionTimestamp || !finalizersOf(current).includes(CopiesFinalizer)) return done;
@@ -301,24 +437,30 @@ export async function finalizeOwner(io: GcIo, owner: ObjectKey, places: CopyPlac
     current = await client.patch<KubeObject>(owner.resource, owner.name, patch, { namespace: owner.namespace });
   }
   const selector = copiesSelector(current, owner.cluster);
-  const looks = await allSettled(places.clusters.map((c) => lookForCopies(io, places, c, selector)));
-  // Never guessed: one malformed copy anywhere stops the whole deletion before anything is written.
+  const listed = await allSettled(places.clusters.map((c) => lookForCopies(io, places, c, selector)));
+  // Never guessed: one malformed copy of ours anywhere stops the whole deletion before anything is written.
   const malformed: string[] = [];
-  for (const look of looks) {
-    if (!("copies" in look)) continue;
+  const looks: Look[] = listed.map((look) => {
+    if (!("copies" in look)) return look;
+    const ours: KubeObject[] = [];
     for (const copy of look.copies) {
       try {
-        const named = ownerOf(copy, look.cluster);
-        if (!named || named.uid !== current.metadata.uid || named.cluster !== owner.cluster) malformed.push(`${describe(copy, look.cluster)} names another owner than its hash label`);
+        const copyKey = { cluster: look.cluster, resource: places.resource, namespace: copy.metadata.namespace, name: copy.metadata.name! };
+        const judged = judgeCopy(seal, copy, copyKey);
+        if (judged.state === "foreign") foreignLog(io, copy, look.cluster, judged.reason);
+        if (judged.state !== "sealed") continue;
+        if (judged.owner.uid !== current.metadata.uid || judged.owner.cluster !== owner.cluster) malformed.push(`${describe(copy, look.cluster)} names another owner than its hash label`);
+        else ours.push(copy);
       } catch (err) {
         if (!(err instanceof MalformedOwnerMarks)) throw err;
         malformed.push(err.message);
       }
     }
-  }
+    return { cluster: look.cluster, copies: ours };
+  });
   if (malformed.length) throw new MalformedOwnerMarks(describe(current, owner.cluster), [`its copies cannot be finalized: ${malformed.join("; ")}`]);
 
-  const states = await allSettled(looks.map((look) => ("copies" in look ? settleCopies(io, places, look, { policy, selector }) : Promise.resolve("unreachable" as const))));
+  const states = await allSettled(looks.map((look) => ("copies" in look ? settleCopies(io, seal, places, look, { policy, selector }) : Promise.resolve("unreachable" as const))));
   const pending = places.clusters.filter((_, i) => states[i] !== "clear");
   const key = { cluster: owner.cluster, namespace: owner.namespace, name: owner.name };
   if (pending.length) {

@@ -56,6 +56,17 @@ const resourceData = z.looseObject({ metadata: z.looseObject({ name: objectName,
 const refData = z.looseObject({ kind: name, name: objectName, apiVersion: name, namespace });
 const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: clusterName.optional() });
 
+// Custom resources' names are held to a DNS-1123 subdomain by the API server (lower-case alphanumerics,
+// "-" and ".", at most 253). An event naming one of OCM's kinds otherwise names an object that cannot
+// exist (ours, config.ocm-functions.io, likewise), so it is refused here (400) instead of reaching a selector or a URL. Built-in kinds keep the
+// path-segment rule above: RBAC names, for one, may hold ":" and any character but "/" and "%".
+const customResourceGroup = /(^|\.)(open-cluster-management|ocm-functions)\.io$/;
+function kindNameProblem(apiVersion: string, name: string): string | undefined {
+  const group = apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "";
+  if (!customResourceGroup.test(group) || dns1123Subdomain.test(name)) return undefined;
+  return `name ${JSON.stringify(name)} of a ${group} object must be a DNS-1123 subdomain (lower-case alphanumerics, '-' and '.', starting and ending with an alphanumeric)`;
+}
+
 export type ParseResult = { ok: true; event: FunctionEvent } | { ok: false; reason: string };
 
 const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false, reason: `${where}: ${z.prettifyError(error).replace(/\n/g, "; ")}` });
@@ -72,6 +83,8 @@ export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult
   const [, mode, verb] = a.data.type.split(".").slice(-3) as [string, "resource" | "ref", ObjectEvent["verb"]];
   const data = typeof ce.data === "string" ? safeJson(ce.data) : ce.data;
   const ref: ObjectRef = { apiVersion: a.data.apiversion, kind: a.data.kind, name: a.data.name, namespace: a.data.namespace || undefined };
+  const nameProblem = kindNameProblem(ref.apiVersion, ref.name);
+  if (nameProblem) return { ok: false, reason: `event attributes: ${nameProblem}` };
   if (mode === "ref") {
     const d = refData.safeParse(data);
     if (!d.success) return failure("reference data", d.error);

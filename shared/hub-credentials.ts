@@ -8,6 +8,7 @@ import { SecretResource } from "./api/kube.ts";
 import { readCertificate, type CertificateInfo } from "./certificate.ts"; // not ./pki.ts: the heartbeat bundles this file
 
 export type Secret = KubeObject & { type?: string; data?: Record<string, string> };
+import { after } from "./timers.ts";
 
 type KubeconfigDoc = {
   clusters?: { name: string; cluster: Record<string, unknown> }[];
@@ -154,7 +155,7 @@ function remember(spoke: KubeClient, s: AgentSecrets, entry: CachedHub): void {
   if (!byIdentity) hubClients.set(spoke, (byIdentity = new Map()));
   const replaced = byIdentity.get(cacheKey(s));
   byIdentity.set(cacheKey(s), entry);
-  if (replaced) setTimeout(() => replaced.hub.close(), REPLACED_CLIENT_CLOSE_MS).unref();
+  if (replaced) after(REPLACED_CLIENT_CLOSE_MS, () => replaced.hub.close(), { unref: true });
 }
 
 // The hub as the cluster's own identity for one use. Until the agent is bootstrapped a spoke function

@@ -2,6 +2,7 @@
 // cluster.open-cluster-management.io/placement) as OCM's add-on controllers read them.
 import { ClusterLabel, PlacementDecisionResource, PlacementResource, type Placement, type PlacementDecision } from "./api/cluster.ts";
 import type { KubeClient } from "./kube/client.ts";
+import { labelsQuery } from "./selector-query.ts";
 
 export type PlacementRef = { namespace: string; name: string };
 
@@ -9,6 +10,6 @@ export type PlacementRef = { namespace: string; name: string };
 // union of its decisions' cluster names.
 export async function placementClusters(hub: KubeClient, ref: PlacementRef): Promise<Set<string> | undefined> {
   if (!(await hub.get<Placement>(PlacementResource, ref.name, ref.namespace))) return undefined;
-  const { items } = await hub.list<PlacementDecision>(PlacementDecisionResource, { namespace: ref.namespace, labelSelector: `${ClusterLabel.Placement}=${ref.name}` });
+  const { items } = await hub.list<PlacementDecision>(PlacementDecisionResource, { namespace: ref.namespace, labelSelector: labelsQuery({ [ClusterLabel.Placement]: ref.name }) });
   return new Set(items.flatMap((d) => (d.status?.decisions ?? []).map((x) => x.clusterName)));
 }

@@ -18,14 +18,14 @@ import type { ApiResource } from "./api/meta.ts";
 import type { KubeObject } from "./kube/client.ts";
 import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
 import { ioFromEnv } from "./function-env.ts";
-import { serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply } from "./harness.ts";
+import { classified, serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply, type Skip } from "./harness.ts";
 
 // What a function file needs besides defineFunction, from the same import.
 export { z };
 export { done, type Io, type Key, type Outcome } from "./harness.ts";
 export type { ObjectEvent, TickEvent } from "./events.ts";
 
-export type KeysOrSkip = Key[] | { skip: string };
+export type KeysOrSkip = Key[] | Skip;
 export type Verb = ObjectEvent["verb"];
 export const AllVerbs: readonly Verb[] = ["add", "update", "delete"];
 
@@ -113,22 +113,22 @@ async function keysOf<C>(d: Definition<C>, event: FunctionEvent, io: Io<C>): Pro
   const watches = d.watches(io.config);
   if (event.type === "tick") return d.resync ? d.resync(io, event) : listRoots(watches, event, io, d.settled);
   const w = watches.find((w) => inScope(w, event));
-  if (!w) return { skip: `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ""}${event.ref.name} on ${event.cluster} is not watched` };
-  if (!(w.verbs ?? AllVerbs).includes(event.verb)) return { skip: `${event.ref.kind} is not watched for ${event.verb}` };
+  if (!w) return classified({ skip: `${event.ref.kind} ${event.ref.namespace ? `${event.ref.namespace}/` : ""}${event.ref.name} on ${event.cluster} is not watched` }, "not-watched");
+  if (!(w.verbs ?? AllVerbs).includes(event.verb)) return classified({ skip: `${event.ref.kind} is not watched for ${event.verb}` }, "verb");
   if (w.keys) return w.keys(event, io);
   if (w.root) {
     // a deletion is never settled: what the object leaves behind may be the function's to clean up
-    if (event.verb !== "delete" && event.object && d.settled?.(event.object as KubeObject, io)) return { skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` };
+    if (event.verb !== "delete" && event.object && d.settled?.(event.object as KubeObject, io)) return classified({ skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` }, "settled");
     return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
   }
   if (d.map) return d.map(event, io);
-  return { skip: `${event.ref.kind} is watched but the function maps no keys from it` };
+  return classified({ skip: `${event.ref.kind} is watched but the function maps no keys from it` }, "unmapped");
 }
 
 // A resync: every root object, as controller-runtime's periodic resync re-queues its cache.
 async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: Io<C>, settled?: Definition<C>["settled"]): Promise<KeysOrSkip> {
   const roots = watches.filter((w) => w.root && (!tick.cluster || tick.cluster === w.cluster));
-  if (roots.length === 0) return { skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` };
+  if (roots.length === 0) return classified({ skip: `tick for cluster ${tick.cluster}, where this function reconciles nothing` }, "no-roots");
   const keys: Key[] = [];
   for (const w of roots) {
     const { items } = await io.cluster(w.cluster).list(w.resource, { namespace: w.namespace, labelSelector: w.labelSelector, fieldSelector: w.fieldSelector });

@@ -68,3 +68,40 @@ export function selectorQuery(selector: LabelSelector | undefined): SelectorQuer
   }
   return { selects: "matching", labelSelector: parts.join(",") };
 }
+
+// A selector the client can send (matching) or skip sending (nothing: no object can match it).
+export type LabelQuery = Exclude<SelectorQuery, { invalid: string }>;
+
+// A label selector requiring each key of `equal` to carry its value, each key of `present` to be there
+// and each of `absent` to be missing. The values are data (names of add-ons, placements, clusters, sets): one no label can hold
+// (a legal custom resource name of 64 to 253 characters, say) selects nothing, as the API server would
+// answer if it did not refuse the selector with a 400. A bad key is ours, a bug, and throws.
+export function labelsQuery(equal: Record<string, string>, o: { present?: readonly string[]; absent?: readonly string[] } = {}): LabelQuery {
+  const parts: string[] = [];
+  for (const [key, value] of Object.entries(equal)) {
+    const keyProblem = labelKeyProblem(key);
+    if (keyProblem) throw new Error(`refusing to select by ${keyProblem}`);
+    if (labelValueProblem(value)) return { selects: "nothing" };
+    parts.push(`${key}=${value}`);
+  }
+  for (const [keys, term] of [[o.present ?? [], (k: string) => k] as const, [o.absent ?? [], (k: string) => `!${k}`] as const]) {
+    for (const key of keys) {
+      const keyProblem = labelKeyProblem(key);
+      if (keyProblem) throw new Error(`refusing to select by ${keyProblem}`);
+      parts.push(term(key));
+    }
+  }
+  return { selects: "matching", labelSelector: parts.join(",") };
+}
+
+// apimachinery's fields.EscapeValue: in a field selector's value a backslash, "," and "=" are each
+// written with a backslash before them, which the API server's parser takes away again. Unescaped, a
+// name with "=" or a backslash is a selector the API server refuses (400), and one with "," adds a term
+// of the name's choosing. The client URL-encodes the whole (so "?", "#", "&" and "%" travel as they are).
+export const escapeFieldValue = (value: string): string => value.replace(/[\\,=]/g, (c) => `\\${c}`);
+
+// Field selector text requiring each field to equal its value, escaped.
+export const fieldSelectorOf = (equal: Record<string, string>): string =>
+  Object.entries(equal)
+    .map(([field, value]) => `${field}=${escapeFieldValue(value)}`)
+    .join(",");

@@ -4,11 +4,11 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LocalCluster } from "../dev/control-plane/clusters.ts";
-import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
+import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, SubjectAccessReviewResource } from "../shared/api/kube.ts";
-import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, isReservedClusterName, reservedClusterNameMessage, type ManagedCluster } from "../shared/api/cluster.ts";
 import { ManifestWorkResource, WorkGroup } from "../shared/api/work.ts";
 import { RegisterGroup, RegisterResource, RegisterSubresource } from "../shared/api/register.ts";
 import { ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
@@ -225,6 +225,19 @@ const shapeRows: Row[] = [
   { name: "lets a writer create a cluster with https client-config URLs", as: "mallory", when: (c, n) => c.create(ManagedClusterResource, managedCluster(n, { urls: ["https://10.0.0.1:6443", "HTTPS://spoke.example:443/"] })), then: "allowed" },
 ];
 
+// Ours, stricter than OCM: a cluster's name is its namespace on the hub, so the namespaces of Kubernetes
+// and of the hub itself are refused as names (shared/api/cluster.ts ReservedClusterNames).
+const reserved = (name: string): Expectation => invalid(reservedClusterNameMessage(name));
+const reservedRows: Row[] = [
+  { name: "refuses a bootstrap identity creating a cluster named kube-system", as: "bootstrap", when: (c) => c.create(ManagedClusterResource, managedCluster("kube-system")), then: reserved("kube-system") },
+  { name: "refuses a cluster named default, even to an admin", as: "admin", when: (c) => c.create(ManagedClusterResource, managedCluster("default")), then: reserved("default") },
+  { name: "refuses a kube-* cluster name (kube-node-lease), even to an admin", as: "admin", when: (c) => c.create(ManagedClusterResource, managedCluster("kube-node-lease")), then: reserved("kube-node-lease") },
+  { name: "refuses the hub's own namespace open-cluster-management-hub as a cluster name", as: "bootstrap", when: (c) => c.create(ManagedClusterResource, managedCluster("open-cluster-management-hub")), then: reserved("open-cluster-management-hub") },
+  { name: "refuses an open-cluster-management* cluster name (open-cluster-management-agent-addon)", as: "mallory", when: (c) => c.create(ManagedClusterResource, managedCluster("open-cluster-management-agent-addon")), then: reserved("open-cluster-management-agent-addon") },
+  { name: "refuses Knative's namespace knative-eventing as a cluster name", as: "admin", when: (c) => c.create(ManagedClusterResource, managedCluster("knative-eventing")), then: reserved("knative-eventing") },
+  { name: "lets a bootstrap identity create a cluster whose name merely contains kube or default (kubeflow-*, my-default-*)", as: "bootstrap", when: async (c, n) => { await c.create(ManagedClusterResource, managedCluster(`kubeflow-${n}`)); return c.create(ManagedClusterResource, managedCluster(`my-default-${n}`)); }, then: "allowed" },
+];
+
 const binding = (name: string, clusterSet: string) => ({ metadata: { name, namespace: WORKS }, spec: { clusterSet } });
 const givenBinding = (n: string) => admin.create(ManagedClusterSetBindingResource, binding(n, n));
 const cannotBind = (set: string) => (u: string) => `user "${u}" is not allowed to bind cluster set "${set}"`;
@@ -265,12 +278,67 @@ const tables: [string, string, Row[]][] = [
   ["hubAcceptsClient needs managedclusters/accept", "accept", acceptRows],
   ["the clusterset label needs managedclustersets/join on the sets left and joined", "join", joinRows],
   ["a ManagedCluster's name and client-config URLs", "shape", shapeRows],
+  ["a ManagedCluster may not be named after a namespace of Kubernetes or of the hub", "reserved", reservedRows],
   ["ManagedClusterSetBinding: named after its set, bind needed to create", "bind", bindingRows],
   ["ManifestWork: manifests and executor", "work", workRows],
 ];
+
+describe("reserved cluster names: the policy and the functions' rule agree", () => {
+  it("refuses exactly the names isReservedClusterName (csr-approver, cluster-acceptor) calls reserved", async () => {
+    const names = ["default", "kube-system", "kube-public", "kube-x", "knative-serving", "open-cluster-management", "open-cluster-management-hub", "open-cluster-managementx", "kube", "kubeflow", "defaults", "my-default", "knative", "local-cluster", "cluster1"];
+    const refused: Record<string, boolean> = {};
+    for (const name of names) {
+      const got = await verdict(admin.request("POST", `${resourcePath(ManagedClusterResource)}?dryRun=All`, { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...managedCluster(name) }));
+      refused[name] = !got.allowed && got.message.includes(reservedClusterNameMessage(name));
+    }
+    expect(refused).toEqual(Object.fromEntries(names.map((n) => [n, isReservedClusterName(n)])));
+    expect(Object.values(refused).filter(Boolean)).toHaveLength(8); // control: both kinds of name are in the list
+  });
+});
 
 for (const [title, prefix, rows] of tables) {
   describe(title, () => {
     it.each(rows)("$name", (row) => runRow(row, prefix));
   });
 }
+
+// issue 23: a cluster's agent may not select itself into LabelSelector sets (or placements) by labelling
+// its own ManagedCluster. OCM's agent (v1.2.0) writes no labels there: it creates its cluster with
+// annotations and client configs, and later updates only the client configs. So the cluster's own agent
+// identity (group system:open-cluster-management:<cluster>) changes the labels only with update on the
+// virtual subresource managedclusters/labels for its cluster; the clusterset label keeps OCM's join rule.
+// The agent's RBAC (functions/cluster-acceptor/rbac.ts) has update, not patch, on its cluster: full updates.
+const cannotLabel = (cluster: string) => (u: string) => `user "${u}" cannot change the labels of its own ManagedCluster "${cluster}"`;
+const labelRows: (n: string) => Row[] = (n) => [
+  { name: "refuses a cluster's agent adding a label to its own ManagedCluster", as: "agent", given: givenCluster({ accepts: true }), when: (c) => updateCluster(c, n, (mc) => (mc.metadata.labels = { ...mc.metadata.labels, env: "prod" })), then: forbidden(cannotLabel(n)) },
+  { name: "refuses a cluster's agent changing a label's value on its own ManagedCluster", as: "agent", given: givenCluster({ accepts: true, labels: { env: "dev" } }), when: (c) => updateCluster(c, n, (mc) => (mc.metadata.labels = { ...mc.metadata.labels, env: "prod" })), then: forbidden(cannotLabel(n)) },
+  { name: "refuses a cluster's agent removing a label from its own ManagedCluster", as: "agent", given: givenCluster({ accepts: true, labels: { env: "dev" } }), when: (c) => updateCluster(c, n, (mc) => delete mc.metadata.labels!.env), then: forbidden(cannotLabel(n)) },
+  { name: "lets a cluster's agent update its ManagedCluster's client configs with the labels as read (what OCM's agent does)", as: "agent", given: givenCluster({ accepts: true, labels: { env: "dev" }, set: SETS.x }), when: (c) => updateCluster(c, n, (mc) => (mc.spec!.managedClusterClientConfigs = [{ url: "https://10.0.0.9:6443" }])), then: "allowed" },
+  { name: "lets another writer change the labels of a cluster (the rule binds the cluster's own agent only)", as: "mallory", given: givenCluster({ accepts: true, labels: { env: "dev" } }), when: (c) => c.patch(ManagedClusterResource, n, { metadata: { labels: { env: "prod" } } }), then: "allowed" },
+  {
+    name: "lets a cluster's agent holding update on managedclusters/labels for its cluster change its labels",
+    as: "agent",
+    given: async () => {
+      await givenCluster({ accepts: true })(n);
+      const role = `label-own-cluster-${n}`;
+      await admin.create(ClusterRoleResource, { metadata: { name: role }, rules: [{ apiGroups: [ManagedClusterResource.group], resources: ["managedclusters/labels"], resourceNames: [n], verbs: ["update"] }] });
+      await admin.create(ClusterRoleBindingResource, { metadata: { name: role }, roleRef: { apiGroup: rbacGroup, kind: "ClusterRole", name: role }, subjects: [{ kind: "Group", apiGroup: rbacGroup, name: clusterGroup(n) }] });
+      await untilAllowed({ user: agentUser(n, "agent1"), groups: [clusterGroup(n)] }, { group: ManagedClusterResource.group, resource: "managedclusters", subresource: "labels", verb: "update", name: n });
+    },
+    when: (c) => updateCluster(c, n, (mc) => (mc.metadata.labels = { ...mc.metadata.labels, env: "prod" })),
+    then: "allowed",
+  },
+];
+
+describe("a cluster's own agent may not change its ManagedCluster's labels without managedclusters/labels", () => {
+  it.each(labelRows("<n>").map((r) => r.name))("%s", async (title) => {
+    const n = `label-${suffix()}`;
+    const row = labelRows(n).find((r) => r.name === title)!;
+    await row.given?.(n);
+    const { user: actorName, client } = await actor(row.as, n);
+    const before = (await admin.get<ManagedCluster>(ManagedClusterResource, n))?.metadata.labels ?? {};
+    const got = await verdict(row.when(client, n));
+    expectVerdict(got, row.then, actorName);
+    if (row.then !== "allowed") expect((await admin.get<ManagedCluster>(ManagedClusterResource, n))?.metadata.labels ?? {}).toEqual(before);
+  });
+});

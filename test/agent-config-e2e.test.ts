@@ -21,6 +21,7 @@ import { startApiserver, stopApiserver } from "../dev/control-plane/restart.ts";
 import { startFleet, type Fleet } from "../dev/local/fleet.ts";
 import { parseSettingsChange, rolloutStatus, setConfig, type SetOptions, type Strategy } from "../cli/config.ts";
 import { KubeClient, type KubeObject, type ListOptions } from "../shared/kube/client.ts";
+import { startReflector } from "../shared/kube/reflector.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import { ConfigMapResource } from "../shared/api/kube.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
@@ -38,7 +39,7 @@ import {
   type PlacementDecision,
 } from "../shared/api/cluster.ts";
 import { AgentConfigConditionType, AgentConfigName, AgentConfigReason, AgentConfigResource, RolloutPhase, type AgentConfig, type AgentSettings } from "../shared/api/agent-config.ts";
-import { AgentHealthConfigMapName, CheckpointConfigMapName, HealthKey, InstallTimeHash, parseCheckpoint, parseHealthRecords, settingsHash } from "../shared/agent-config.ts";
+import { AgentHealthConfigMapName, CheckpointConfigMapName, HealthKey, InstallTimeHash, RolloutLabel, RolloutNamespaceAnnotation, parseCheckpoint, parseHealthRecords, settingsHash } from "../shared/agent-config.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -155,44 +156,31 @@ const configSet = (o: SetArgs) => {
 type Seen<T> = { at: number; type: string; object: T };
 type Recorder<T> = { seen: Seen<T>[]; listed: Promise<void>; stop(): void };
 
-// Every state of the objects `o` selects, from a list and then a watch, listed and watched again
-// whenever the watch ends or the API server goes away (a hub outage). Its own client: the outage
-// breaks its connections, not the test's.
+// Every state of the objects `o` selects, as shared/kube/reflector.ts lists and watches them: resumed
+// when the watch ends or the API server goes away (a hub outage), listed again after 410 Gone. Its own
+// client: the outage breaks its connections, not the test's. Its failures are logged on stderr.
 function record<T extends KubeObject>(kubeconfig: string, resource: ApiResource, o: ListOptions): Recorder<T> {
   const client = KubeClient.fromKubeconfig(kubeconfig);
   const seen: Seen<T>[] = [];
+  const line = (level: string) => (fields: object, msg: string) => void process.stderr.write(`${JSON.stringify({ level, msg, ...fields })}\n`);
+  const reflector = startReflector<T>({
+    name: `record ${resource.plural}`,
+    resource,
+    ...o,
+    client,
+    timeoutSeconds: 600,
+    backoff: { initialMs: 250, maxMs: 2_000 },
+    log: { info: line("info"), warn: line("warn"), error: line("error") },
+    onChange: (c) => void seen.push({ at: Date.now(), type: c.type, object: c.object }),
+  });
   let stopped = false;
-  let current: { stop(): void } | undefined;
-  let listedOnce: () => void = () => {};
-  const listed = new Promise<void>((r) => (listedOnce = r));
-  void (async () => {
-    while (!stopped) {
-      try {
-        const list = await client.list<T>(resource, o);
-        for (const object of list.items) seen.push({ at: Date.now(), type: "LISTED", object });
-        listedOnce();
-        if (stopped) break;
-        const w = client.watch(resource, { ...o, resourceVersion: list.resourceVersion, timeoutSeconds: 600 }, (e) => {
-          if (e.type === "BOOKMARK") return;
-          if (e.type === "ERROR") throw new Error(`watch error: ${JSON.stringify(e.object)}`);
-          seen.push({ at: Date.now(), type: e.type, object: e.object as T });
-        });
-        current = w;
-        await w.done;
-      } catch {
-        // the API server is away or the watch expired: list again
-      }
-      if (!stopped) await sleep(250);
-    }
-    client.close();
-  })();
   const r: Recorder<T> = {
     seen,
-    listed,
+    listed: reflector.ready,
     stop() {
       if (stopped) return;
       stopped = true;
-      current?.stop();
+      void reflector.stop().finally(() => client.close());
       for (const x of seen) mark(`seen ${resource.kind} ${o.namespace ?? ""}/${o.fieldSelector ?? ""}`, { at: new Date(x.at).toISOString(), type: x.type, data: (x.object as ConfigMap).data, status: x.object.status, spec: x.object.spec });
     },
   };
@@ -402,6 +390,12 @@ describe("dynamic agent configuration in a local fleet", () => {
       },
       { timeoutMs: 60_000, intervalMs: 200 },
     );
+
+    // The earlier cases wrote both clusters' configs by hand, and a rollout never takes such a config
+    // over (docs/agent-config.md, "Whom the rollout acts for"): the admin hands them to this one.
+    for (const cluster of [C1, C2]) {
+      await hub.patch(AgentConfigResource, AgentConfigName, { metadata: { labels: { [RolloutLabel]: "e2e-tuning" }, annotations: { [RolloutNamespaceAnnotation]: FLEET_NS } } }, { namespace: cluster });
+    }
 
     const second = recordAgentConfig(C2);
     const secondCheckpoint = recordConfigMap(C2, CheckpointConfigMapName);

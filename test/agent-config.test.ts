@@ -65,8 +65,45 @@ describe("the allow-list", () => {
     { name: "a sibling of an allowed gate is not allowed", allow: "features.A", settings: { features: { A: true, B: true } }, path: "features.B" },
     { name: "a value equal to the install-time one may be set anywhere", allow: "none", settings: { logLevel: "info" }, installTime: { logLevel: "info" }, path: undefined },
     { name: "an empty object sets nothing", allow: "none", settings: { heartbeat: {}, features: {} }, path: undefined },
+    // issue 23: paths are compared segment by segment, never as strings
+    { name: 'an allowed gate "a" does not admit a gate named "a.b" (no string prefix)', allow: "features.a", settings: { features: { "a.b": true } }, path: 'features."a.b"' },
+    { name: 'an allowed gate "Fast" does not admit "FastResync"', allow: "features.Fast", settings: { features: { FastResync: true } }, path: "features.FastResync" },
   ])("$name", ({ allow, settings, installTime, path }) => {
     expect(disallowedPath(settings, parseAllowList(allow), installTime)).toBe(path);
+  });
+
+  it("refuses an allow-list entry naming a gate the schema would refuse (a dotted name)", () => {
+    expect(() => parseAllowList("features.a.b")).toThrow(/features\.a\.b is not a setting path/);
+  });
+});
+
+describe("the bounds of every remotely assignable setting (issue 23)", () => {
+  it.each<{ name: string; settings: Record<string, unknown>; error: string }>([
+    { name: "relayResyncSeconds past a day (2147484 s overflowed Node's timer into a 1 ms tick)", settings: { relayResyncSeconds: 2_147_484 }, error: "spec.settings.relayResyncSeconds: Too big: expected number to be <=86400" },
+    { name: "relayResyncSeconds of a day and a second", settings: { relayResyncSeconds: 86_401 }, error: "spec.settings.relayResyncSeconds: Too big: expected number to be <=86400" },
+    { name: "statusSyncIntervalSeconds past a day", settings: { statusSyncIntervalSeconds: 86_401 }, error: "spec.settings.statusSyncIntervalSeconds: Too big: expected number to be <=86400" },
+    { name: "statusSyncIntervalSeconds of 0", settings: { statusSyncIntervalSeconds: 0 }, error: "spec.settings.statusSyncIntervalSeconds: Too small: expected number to be >=1" },
+    { name: "clusterClaimLimit past 1000", settings: { clusterClaimLimit: 1_001 }, error: "spec.settings.clusterClaimLimit: Too big: expected number to be <=1000" },
+    { name: "a proxy URL whose user name is not percent-encoded (http://%zz@…, which crashed the agent)", settings: { heartbeat: { proxyURL: "http://%zz@127.0.0.1:9" } }, error: 'spec.settings.heartbeat.proxyURL: must be an http, https or socks5 URL with well-formed % escapes, or "" for none' },
+    { name: "a proxy URL whose user name is not UTF-8 once decoded", settings: { heartbeat: { proxyURL: "http://%ff@127.0.0.1:9" } }, error: "spec.settings.heartbeat.proxyURL: proxy URL http://127.0.0.1:9: the user name is not valid percent-encoded UTF-8" },
+    { name: "a SOCKS5 password longer than RFC 1929's 255 bytes", settings: { heartbeat: { proxyURL: `socks5://u:${"p".repeat(256)}@127.0.0.1:1080` } }, error: "spec.settings.heartbeat.proxyURL: proxy URL socks5://127.0.0.1:1080: a SOCKS5 user name and password are at most 255 bytes each" },
+    { name: "a proxy URL longer than 2048 characters", settings: { heartbeat: { proxyURL: `http://${"h".repeat(2_050)}:3128` } }, error: "spec.settings.heartbeat.proxyURL: Too big: expected string to have <=2048 characters" },
+    { name: "a feature gate named with a dot", settings: { features: { "a.b": true } }, error: 'spec.settings.features."a.b": Invalid key in record: a feature gate is named by a letter, then letters and digits' },
+    { name: "more than 64 feature gates", settings: { features: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`Gate${i}`, true])) }, error: "spec.settings.features: at most 64 feature gates" },
+  ])("refuses $name", ({ settings, error }) => {
+    expect(validateSettings(settings)).toEqual({ ok: false, error });
+  });
+
+  it("accepts every bound itself", () => {
+    const settings: AgentSettings = {
+      statusSyncIntervalSeconds: 86_400,
+      clusterClaimLimit: 1_000,
+      relayResyncSeconds: 86_400,
+      heartbeat: { proxyURL: `socks5://${"u".repeat(255)}:p%C3%A9@127.0.0.1:1080` },
+      features: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`Gate${i}`, true])),
+    };
+    expect(validateSettings(settings)).toEqual({ ok: true, settings });
+    expect(validateSettings({ statusSyncIntervalSeconds: 1, clusterClaimLimit: 0, relayResyncSeconds: 1, heartbeat: { proxyURL: "" } }).ok).toBe(true);
   });
 });
 
@@ -102,7 +139,7 @@ describe("validateSettings", () => {
   it("names the field and the schema's complaint", () => {
     expect(validateSettings({ logLevel: "loud", heartbeat: { proxyURL: "ftp://x" } })).toEqual({
       ok: false,
-      error: 'spec.settings.heartbeat.proxyURL: must be an http, https or socks5 URL, or "" for none; spec.settings.logLevel: Invalid option: expected one of "error"|"warn"|"info"|"debug"',
+      error: 'spec.settings.heartbeat.proxyURL: must be an http, https or socks5 URL with well-formed % escapes, or "" for none; spec.settings.logLevel: Invalid option: expected one of "error"|"warn"|"info"|"debug"',
     });
     expect(validateSettings(undefined)).toEqual({ ok: true, settings: {} });
   });

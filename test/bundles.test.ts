@@ -63,7 +63,7 @@ async function acceptedState(name: string) {
   const accepted = findCondition(mc?.status?.conditions, ManagedClusterConditionType.HubAccepted);
   return { finalizers: mc?.metadata.finalizers, accepted: accepted && `${accepted.status}/${accepted.reason}` };
 }
-const accepted = { finalizers: [ClusterFinalizer.ApiResourceCleanup], accepted: "True/HubClusterAdminAccepted" };
+const accepted = { finalizers: [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup], accepted: "True/HubClusterAdminAccepted" };
 
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), "bundles-"));

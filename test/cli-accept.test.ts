@@ -119,6 +119,66 @@ describe("a CSR planted by another bootstrap identity for the same cluster", () 
   });
 });
 
+// Every cluster joins with the one token `ocmf install hub` prints, so whoever else holds it is, to the
+// API server, the same user as the real agent: the requester cannot tell the two CSRs apart.
+describe("a CSR planted by a second holder of the same bootstrap token", () => {
+  async function sharedToken(): Promise<{ agent: Identity; attacker: Identity }> {
+    const token = await plane.cluster.createBootstrapToken(["system:bootstrappers:managedcluster"]);
+    const [a, b] = [KubeClient.fromKubeconfig(token.kubeconfig), KubeClient.fromKubeconfig(token.kubeconfig)];
+    identities.push(a, b);
+    return { agent: { user: token.user, hub: a }, attacker: { user: token.user, hub: b } };
+  }
+  async function plantedBeside(attackerCn: (cluster: string, agentCn: string) => string) {
+    const cluster = `edge-${suffix()}`;
+    const { agent, attacker } = await sharedToken();
+    const agentCn = agentUser(cluster, suffix());
+    await agent.hub.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: cluster }, spec: { hubAcceptsClient: false } });
+    const planted = await requestAs(attacker, cluster, attackerCn(cluster, agentCn));
+    const real = await requestAs(agent, cluster, agentCn);
+    return { cluster, agent, agentCn, planted, real };
+  }
+
+  it.each(attacks)("with $name: accept approves neither, says they cannot be told apart, and leaves hubAcceptsClient unset", async ({ attackerCn }) => {
+    const { cluster, planted, real } = await plantedBeside(attackerCn);
+    const r = await ocmfAccept(["--clusters", cluster]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain(`nothing approved for cluster ${cluster}`);
+    for (const csr of [planted, real]) {
+      expect(lineFor(r.stdout, csr)).toContain("refused");
+      expect(lineFor(r.stdout, csr)).toContain(`2 pending CSRs for ${cluster}`);
+      expect(lineFor(r.stdout, csr)).toContain("--csr");
+    }
+    expect(await approvedCsrs(cluster)).toEqual([]);
+    expect(await hubAcceptsClient(cluster)).toBe(false);
+  });
+
+  it.each(attacks)("with $name: accept --csr <the agent's CSR> approves only the agent's CSR", async ({ attackerCn }) => {
+    const { cluster, agent, agentCn, planted, real } = await plantedBeside(attackerCn);
+    const r = await ocmfAccept(["--clusters", cluster, "--csr", real]);
+    expect(r.code).toBe(0);
+    expect(lineFor(r.stdout, real)).toBe(`${cluster}: CSR ${real} approved (requested by ${agent.user} as ${agentCn})`);
+    expect(lineFor(r.stdout, planted)).toBe(`${cluster}: CSR ${planted} refused (requested by ${agent.user}): not named by --csr`);
+    expect(await approvedCsrs(cluster)).toEqual([real]);
+    expect(await hubAcceptsClient(cluster)).toBe(true);
+  });
+
+  it("refuses a --csr naming no CSR of the clusters accepted, and changes nothing", async () => {
+    const { cluster, agent, agentCn } = await newCluster();
+    await requestAs(agent, cluster, agentCn); // alone, accept would approve it
+    const other = await newCluster();
+    const elsewhere = await requestAs(other.agent, other.cluster, other.agentCn);
+    for (const named of ["no-such-csr", elsewhere]) {
+      const r = await ocmfAccept(["--clusters", cluster, "--csr", named]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`--csr ${named}`);
+      expect(r.stdout).toBe("");
+    }
+    expect(await approvedCsrs(cluster)).toEqual([]);
+    expect(await approvedCsrs(other.cluster)).toEqual([]);
+    expect(await hubAcceptsClient(cluster)).toBe(false);
+  });
+});
+
 describe("the subject of a CSR from the trusted requester", () => {
   const wrongSubjects = [
     { name: "a common name naming another cluster", cn: () => agentUser("cluster-other", "agent1"), reason: "names another cluster than" },

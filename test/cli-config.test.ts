@@ -203,7 +203,10 @@ describe("refusals write nothing", () => {
     { name: "a number below the minimum", on: "fresh", args: ["relayResyncSeconds=0"], says: "error: relayResyncSeconds=0: Too small: expected number to be >=1" },
     { name: "a number past int32", on: "existing", args: ["clusterClaimLimit=3000000000"], says: "error: clusterClaimLimit=3000000000: Too big" },
     { name: "a log level that does not exist", on: "existing", args: ["logLevel=loud"], says: 'error: logLevel=loud: Invalid option: expected one of "error"|"warn"|"info"|"debug"' },
-    { name: "a proxy that is not a URL of a proxy", on: "fresh", args: ["heartbeat.proxyURL=ftp://proxy"], says: 'error: heartbeat.proxyURL=ftp://proxy: must be an http, https or socks5 URL, or "" for none' },
+    { name: "a proxy that is not a URL of a proxy", on: "fresh", args: ["heartbeat.proxyURL=ftp://proxy"], says: 'error: heartbeat.proxyURL=ftp://proxy: must be an http, https or socks5 URL with well-formed % escapes, or "" for none' },
+    // issue 23: the bounds of the settings, before anything is written
+    { name: "a resync past a day (2147484 s overflowed Node's timer)", on: "existing", args: ["relayResyncSeconds=2147484"], says: "error: relayResyncSeconds=2147484: Too big: expected number to be <=86400" },
+    { name: "a proxy whose credentials do not decode", on: "fresh", args: ["heartbeat.proxyURL=http://%ff@127.0.0.1:9"], says: "error: heartbeat.proxyURL=http://%ff@127.0.0.1:9: proxy URL http://127.0.0.1:9: the user name is not valid percent-encoded UTF-8" },
     { name: "a feature switch that is not a boolean", on: "existing", args: ["features.FastSync=yes"], says: "error: features.FastSync=yes: give true or false" },
     { name: "a group set as one value", on: "existing", args: ["heartbeat=http://p:1"], says: "error: heartbeat is a group of settings: set heartbeat.proxyURL" },
     { name: "a word that is not KEY=VALUE", on: "fresh", args: ["logLevel"], says: 'error: "logLevel" is not KEY=VALUE' },

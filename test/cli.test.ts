@@ -2,13 +2,14 @@
 // exit code 1, and the hub chosen as kubectl chooses it (--kubeconfig, else KUBECONFIG) on a real hub.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { freePort, startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { SecretResource } from "../shared/api/kube.ts";
 
 const ocmf = join(import.meta.dirname, "..", "cli", "ocmf.ts");
 const suffix = () => Math.random().toString(36).slice(2, 7);
@@ -48,8 +49,8 @@ afterAll(async () => {
 
 describe("help", () => {
   const commands = [
-    { command: [], flags: ["--kubeconfig", "accept", "get", "addon", "sidecar", "render", "install", "join", "uninstall"] },
-    { command: ["accept"], flags: ["--clusters", "--requesters", "--kubeconfig"] },
+    { command: [], flags: ["--kubeconfig", "accept", "get", "addon", "sidecar", "render", "install", "join", "token", "uninstall"] },
+    { command: ["accept"], flags: ["--clusters", "--requesters", "--csr", "--kubeconfig"] },
     { command: ["get"], flags: ["clusters", "addons"] },
     { command: ["get", "clusters"], flags: ["--kubeconfig"] },
     { command: ["get", "addons"], flags: ["--kubeconfig"] },
@@ -60,6 +61,7 @@ describe("help", () => {
     { command: ["render", "spoke"], flags: ["--cluster-name", "--bootstrap-kubeconfig", "--spoke-external-server-urls", "--agent-config-allow", "--workloads"] },
     { command: ["install", "hub"], flags: ["--workloads", "--wait <level>", "--wait-timeout", "--token-ttl", "--output-bootstrap-kubeconfig", "--kubeconfig"] },
     { command: ["join"], flags: ["--workloads", "--agent-config-allow", "--hub-kubeconfig", "--hub-token", "--hub-apiserver", "--hub-ca-data", "--hub-ca-file", "--cluster-name", "--wait <level>", "--kubeconfig"] },
+    { command: ["token", "create"], flags: ["--ttl", "--output-bootstrap-kubeconfig", "--kubeconfig"] },
     { command: ["uninstall", "hub"], flags: ["--purge-clusters", "--wait-timeout", "--kubeconfig"] },
     { command: ["uninstall", "spoke"], flags: ["--wait-timeout", "--kubeconfig"] },
   ];
@@ -86,6 +88,8 @@ describe("failures are one line on stderr with exit code 1", () => {
     { name: "an install of Deployments on a hub without Knative Eventing", args: () => ["install", "hub", "--workloads", "deployments", "--kubeconfig", hubKubeconfig], says: ": install Knative Eventing there first" },
     { name: "an agent setting path that does not exist", args: () => ["render", "spoke", "--agent-config-allow", "logLevel,heartbeat.proxyUrl"], says: "error: option '--agent-config-allow <paths>' argument 'logLevel,heartbeat.proxyUrl' is invalid. heartbeat.proxyUrl is not a setting path" },
     { name: "a wait level that does not exist", args: () => ["install", "hub", "--wait", "forever"], says: "error: option '--wait <level>' argument 'forever' is invalid" },
+    { name: "a token lifetime that is not a duration", args: () => ["token", "create", "--ttl", "forever", "--kubeconfig", hubKubeconfig], says: "error: option '--ttl <duration>' argument 'forever' is invalid" },
+    { name: "an install token lifetime that is not a duration", args: () => ["install", "hub", "--token-ttl", "1d"], says: "error: option '--token-ttl <duration>' argument '1d' is invalid" },
     { name: "a wait timeout that is not a duration", args: () => ["install", "hub", "--wait-timeout", "5"], says: "error: option '--wait-timeout <duration>' argument '5' is invalid" },
   ];
   it.each(failures)("$name", async ({ args, env, says }) => {
@@ -126,5 +130,61 @@ describe("the hub's kubeconfig", () => {
   it("is --kubeconfig over KUBECONFIG", async () => {
     const r = await run(["get", "addons", "--kubeconfig", hubKubeconfig], { KUBECONFIG: deadKubeconfig });
     expect(r).toEqual({ code: 0, stdout: "No add-ons enabled.\n", stderr: "" });
+  });
+});
+
+// What a hub admin runs when the join token has expired (install hub's expires after 24 hours).
+describe("token create", () => {
+  type Secret = { metadata: { creationTimestamp: string }; type: string; data?: Record<string, string> };
+  const field = (s: Secret | undefined, key: string) => (s?.data?.[key] === undefined ? undefined : Buffer.from(s.data[key]!, "base64").toString());
+  async function tokenOf(r: Result): Promise<{ id: string; secret: Secret | undefined }> {
+    const token = /^ {4}ocmf join --hub-token (\S+) --hub-apiserver https:\/\/\S+ --hub-ca-data \S+ --cluster-name <cluster_name>$/m.exec(r.stdout)?.[1];
+    expect(token, r.stdout).toMatch(/^[a-z0-9]{6}\.[a-z0-9]{16}$/);
+    const id = token!.split(".")[0]!;
+    return { id, secret: await admin.get<Secret & { metadata: { name: string } }>(SecretResource, `bootstrap-token-${id}`, "kube-system") };
+  }
+  const lifetimeMs = (s: Secret | undefined) => new Date(field(s, "expiration")!).getTime() - new Date(s!.metadata.creationTimestamp).getTime();
+
+  it.each([
+    { name: "without --ttl, 24 hours, as kubeadm's", args: [] as string[], ttlMs: 24 * 3_600_000 },
+    { name: "with --ttl 90m, 90 minutes", args: ["--ttl", "90m"], ttlMs: 90 * 60_000 },
+  ])("makes a bootstrap token for the join group that expires $name, and prints the join command with it", async ({ args, ttlMs }) => {
+    const r = await run(["token", "create", "--kubeconfig", hubKubeconfig, ...args]);
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    const { id, secret } = await tokenOf(r);
+    expect(secret?.type).toBe("bootstrap.kubernetes.io/token");
+    expect(field(secret, "auth-extra-groups")).toBe("system:bootstrappers:managedcluster");
+    expect(Math.abs(lifetimeMs(secret) - ttlMs)).toBeLessThanOrEqual(60_000);
+    expect(r.stdout).toContain(`Bootstrap token ${id} (kube-system/bootstrap-token-${id}) expires ${field(secret, "expiration")}.`);
+  });
+
+  it("with --ttl 0 makes a token that never expires, and says so", async () => {
+    const r = await run(["token", "create", "--ttl", "0", "--kubeconfig", hubKubeconfig]);
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    const { id, secret } = await tokenOf(r);
+    expect(secret).toBeDefined();
+    expect(field(secret, "expiration")).toBeUndefined();
+    expect(r.stdout).toContain(`Bootstrap token ${id} (kube-system/bootstrap-token-${id}) does not expire.`);
+  });
+
+  it("writes --output-bootstrap-kubeconfig over a world-readable file as a new file only its owner can read", async () => {
+    const file = join(dir, "token-bootstrap.kubeconfig");
+    writeFileSync(file, "old\n");
+    chmodSync(file, 0o644);
+    const r = await run(["token", "create", "--kubeconfig", hubKubeconfig, "--output-bootstrap-kubeconfig", file]);
+    expect(r).toMatchObject({ code: 0, stderr: "" });
+    const { id } = await tokenOf(r);
+    expect((statSync(file).mode & 0o777).toString(8)).toBe("600");
+    expect(readFileSync(file, "utf8")).toContain(`token: ${id}.`);
+    expect(readdirSync(dir).filter((f) => f.startsWith(".token-bootstrap.kubeconfig"))).toEqual([]);
+  });
+
+  it("refuses a file in a folder that does not exist, with the reason, and leaves no token behind", async () => {
+    const before = await admin.list(SecretResource, { namespace: "kube-system" });
+    const r = await run(["token", "create", "--kubeconfig", hubKubeconfig, "--output-bootstrap-kubeconfig", join(dir, "missing", "b.kubeconfig")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`cannot write ${join(dir, "missing", "b.kubeconfig")}`);
+    const after = await admin.list(SecretResource, { namespace: "kube-system" });
+    expect(after.items.map((s) => s.metadata.name).sort()).toEqual(before.items.map((s) => s.metadata.name).sort());
   });
 });

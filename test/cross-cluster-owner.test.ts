@@ -1,6 +1,8 @@
 // Cross-cluster ownership against three real clusters (a source and two targets): orphaned copies are
 // collected, an owner's deletion waits for its copies on every target, orphaning releases them, a
-// partition deletes nothing and the next reconcile finishes, malformed marks are reported, not guessed.
+// partition deletes nothing and the next reconcile finishes, malformed marks are reported, not guessed,
+// and marks without the function's seal (written by someone who may patch but not delete, or copied
+// from a real copy) make nothing the function's to delete or release (issue 23).
 // No controller manager: Kubernetes' garbage collector would take the `orphan` finalizer off within
 // milliseconds (docs/cross-cluster-ownership.md), and nothing here needs another controller.
 import { randomBytes, randomUUID } from "node:crypto";
@@ -10,7 +12,7 @@ import { startClusters, type LocalClusters } from "../dev/control-plane/clusters
 import { startApiserver, stopApiserver } from "../dev/control-plane/restart.ts";
 import { startFunction } from "../dev/local/functions.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource } from "../shared/api/kube.ts";
-import { createOrUpdate } from "../shared/apply.ts";
+import { createOrUpdate, withDesired, wouldWrite } from "../shared/apply.ts";
 import { done, reconcileKey, type FunctionSpec, type Io, type Outcome } from "../shared/harness.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client.ts";
 import { parseKubeconfig } from "../shared/kube/kubeconfig.ts";
@@ -19,6 +21,8 @@ import {
   collectOrphanedCopy,
   copiesSelector,
   CopiesFinalizer,
+  CopySeal,
+  createSealedCopy,
   deleteOwner,
   DeletePolicyAnnotation,
   ensureCopiesFinalizer,
@@ -29,6 +33,9 @@ import {
   OwnerHashLabel,
   ownedBy,
   ownerOf,
+  SealAnnotation,
+  sealedMarks,
+  sealedOwnerOf,
   UNREACHABLE_RECHECK_MS,
   WAITING_RECHECK_MS,
   type OwnerMarks,
@@ -42,7 +49,9 @@ const B = "target-b";
 const TARGETS = [A, B] as const;
 const NS = "default";
 const USER = "ocm-functions:configmap-replicator";
+const PATCHER = "mallory"; // may read, patch and update ConfigMaps on target-a, never delete them
 const CM = ConfigMapResource;
+const SEAL = CopySeal.fromBase64(randomBytes(32).toString("base64")); // the function's key, a setting of its own
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 
@@ -55,21 +64,27 @@ const replicator: FunctionSpec<Config> = {
   keys: (event) => (event.type === "object" ? [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }] : { skip: "no resync here" }),
   async reconcile(io, key) {
     const at = { ...key, resource: CM };
-    if (key.cluster !== io.config.source) return collectOrphanedCopy(io, at);
+    if (key.cluster !== io.config.source) return collectOrphanedCopy(io, at, SEAL);
     const owner = io.config.finalizer ? await ensureCopiesFinalizer(io, at) : await io.cluster(key.cluster).get<ConfigMap>(CM, key.name, key.namespace);
     if (!owner) return done;
-    if (owner.metadata.deletionTimestamp) return io.config.finalizer ? finalizeOwner(io, at, { resource: CM, clusters: io.config.targets }) : done;
+    if (owner.metadata.deletionTimestamp) return io.config.finalizer ? finalizeOwner(io, at, { resource: CM, clusters: io.config.targets }, SEAL) : done;
     let waiting = false;
     for (const target of io.config.targets) {
       const client = io.cluster(target);
-      const existing = await client.get(CM, key.name, key.namespace);
-      // Another owner's copy, or an unmarked object, is not ours to take over: the collector decides.
-      if (existing && ownerOf(existing, target)?.uid !== owner.metadata.uid) {
+      const place = { cluster: target, resource: CM, namespace: key.namespace, name: key.name };
+      const existing = await client.get<ConfigMap>(CM, key.name, key.namespace);
+      if (!existing) {
+        await createSealedCopy<ConfigMap>(io, SEAL, place, { metadata: { name: key.name, namespace: key.namespace, ...ownedBy(owner, key.cluster) }, data: (owner as ConfigMap).data });
+        continue;
+      }
+      // Another owner's copy, or an object this function did not seal, is not ours to take over.
+      if (sealedOwnerOf(SEAL, existing, place)?.uid !== owner.metadata.uid) {
         waiting = true;
         continue;
       }
-      const copy: ConfigMap = { metadata: { name: key.name, namespace: key.namespace, ...ownedBy(owner, key.cluster) }, data: (owner as ConfigMap).data };
-      await createOrUpdate(client, CM, copy, ["data"]);
+      // the object read and sealed, or a conflict: its resourceVersion rides along
+      const desired: ConfigMap = { metadata: { name: key.name, namespace: key.namespace, ...sealedMarks(SEAL, owner, key.cluster, place, existing.metadata.uid!) }, data: (owner as ConfigMap).data };
+      if (wouldWrite(existing, desired, ["data"])) await client.update(CM, withDesired(existing, desired, ["data"]));
     }
     return waiting ? { recheckInMs: WAITING_RECHECK_MS } : done;
   },
@@ -80,6 +95,7 @@ const admins = new Map<string, KubeClient>();
 const kubeconfigs: Record<string, string> = {};
 let gcOnly: Io<Config>; // copies collected after the fact, like Kubernetes' background deletion
 let withFinalizer: Io<Config>;
+let patcher: KubeClient; // PATCHER on target-a
 
 const admin = (cluster: string) => admins.get(cluster)!;
 const read = (cluster: string, name: string) => admin(cluster).get<ConfigMap>(CM, name, NS);
@@ -105,14 +121,27 @@ async function replicatorIdentity(cluster: string): Promise<string> {
   return kubeconfig;
 }
 
+// Someone who may read and change ConfigMaps on a cluster, but not delete them: the right to patch an
+// object must not become the right to have it deleted.
+async function patcherIdentity(cluster: string): Promise<KubeClient> {
+  const name = "configmap-patcher";
+  await admin(cluster).create(ClusterRoleResource, { metadata: { name }, rules: [{ apiGroups: [""], resources: ["configmaps"], verbs: ["get", "list", "watch", "patch", "update"] }] });
+  await admin(cluster).create(ClusterRoleBindingResource, { metadata: { name }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name }, subjects: [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: PATCHER }] });
+  const client = KubeClient.fromKubeconfig(await local.get(cluster).kubeconfigFor({ user: PATCHER }));
+  await eventually(() => client.list(CM));
+  return client;
+}
+
 beforeAll(async () => {
   local = await startClusters({ names: [SOURCE, A, B], controllers: false, crds: false, log: () => {} });
   for (const c of local.clusters) admins.set(c.name, KubeClient.fromKubeconfig(c.adminKubeconfig));
   for (const c of local.clusters) kubeconfigs[c.name] = await replicatorIdentity(c.name);
+  patcher = await patcherIdentity(A);
   gcOnly = testIo(kubeconfigs, { source: SOURCE, targets: TARGETS, finalizer: false });
   withFinalizer = testIo(kubeconfigs, { source: SOURCE, targets: TARGETS, finalizer: true });
 });
 afterAll(async () => {
+  patcher?.close();
   for (const c of admins.values()) c.close();
   // restarted apiservers are processes local.stop() does not know
   for (const c of local?.clusters ?? []) await stopApiserver(c);
@@ -161,6 +190,12 @@ async function ownerState(name: string): Promise<string> {
 // DELETE as a user would send it, with a propagation policy.
 const deleteAsUser = (name: string, propagationPolicy?: "Orphan" | "Background") =>
   admin(SOURCE).request("DELETE", resourcePath(CM, { namespace: NS, name }), { kind: "DeleteOptions", apiVersion: "v1", propagationPolicy });
+
+// A copy of `owner` made and sealed as the function makes them (here with the admin's rights).
+function sealedCopyOf(owner: KubeObject, ownerCluster: string, cluster: string, name: string): Promise<ConfigMap> {
+  const io = { cluster: admin, log: gcOnly.log };
+  return createSealedCopy<ConfigMap>(io, SEAL, { cluster, resource: CM, namespace: NS, name }, { metadata: { name, namespace: NS, ...ownedBy(owner, ownerCluster) } });
+}
 
 async function recreateOwner(s: Scene): Promise<void> {
   await admin(SOURCE).delete(CM, s.name, NS);
@@ -263,14 +298,15 @@ describe("collecting orphaned copies", () => {
       name: "never deletes a copy recreated for the new owner while the old owner was being read",
       meanwhile: async (s) => {
         await admin(A).delete(CM, s.name, NS);
-        await admin(A).create(CM, { metadata: { name: s.name, namespace: NS, ...ownedBy(s.owner, SOURCE) }, data: s.owner.data });
+        await sealedCopyOf(s.owner, SOURCE, A, s.name); // as the function makes it again: sealed
       },
     },
     {
       name: "never deletes a copy re-marked for the new owner while the old owner was being read",
       meanwhile: async (s) => {
         const copy = (await read(A, s.name))!;
-        await admin(A).update(CM, { ...copy, metadata: { ...copy.metadata, ...merged(copy, ownedBy(s.owner, SOURCE)) } });
+        const marks = sealedMarks(SEAL, s.owner, SOURCE, { cluster: A, resource: CM, namespace: NS, name: s.name }, copy.metadata.uid!);
+        await admin(A).update(CM, { ...copy, metadata: { ...copy.metadata, ...merged(copy, marks) } });
       },
     },
   ];
@@ -281,7 +317,7 @@ describe("collecting orphaned copies", () => {
     const paused = new PausingClient(parseKubeconfig(kubeconfigs[SOURCE]!));
     paused.beforeNextRequest = () => meanwhile(s);
     const io = { ...gcOnly, cluster: (name: string) => (name === SOURCE ? paused : gcOnly.cluster(name)) };
-    const err = await collectOrphanedCopy(io, { cluster: A, resource: CM, namespace: NS, name: s.name }).catch((e: unknown) => e);
+    const err = await collectOrphanedCopy(io, { cluster: A, resource: CM, namespace: NS, name: s.name }, SEAL).catch((e: unknown) => e);
     paused.close();
     expect(classifyError(err)).toBe("conflict");
     expect(await copyStates(s, [A])).toEqual({ [A]: "copy" });
@@ -391,7 +427,7 @@ describe("partitions", () => {
   it("keeps a copy whose owner's kind is not served on the owner's cluster", async () => {
     const name = `cm-${suffix()}`;
     const widget = { apiVersion: "example.com/v1", kind: "Widget", metadata: { name, namespace: NS, uid: randomUUID() } };
-    await admin(A).create(CM, { metadata: { name, namespace: NS, ...ownedBy(widget, SOURCE) } });
+    await sealedCopyOf(widget, SOURCE, A, name);
     expect(await collect(gcOnly, A, name)).toEqual({ recheckInMs: UNREACHABLE_RECHECK_MS });
     expect(await read(A, name)).toBeDefined();
   });
@@ -453,65 +489,75 @@ function marksPatch(marks: OwnerMarks) {
   };
 }
 
+// A log that keeps what was logged, to see what the library said about an object it left alone.
+function recordingIo(io: Io<Config>): { io: Io<Config>; warnings: { fields: Record<string, unknown>; msg: string }[] } {
+  const warnings: { fields: Record<string, unknown>; msg: string }[] = [];
+  const log = { ...io.log, warn: (fields: object, msg: string) => void warnings.push({ fields: fields as Record<string, unknown>, msg }) };
+  return { io: { ...io, log }, warnings };
+}
+const FOREIGN = "left alone: forged or foreign cross-cluster owner marks";
+
 describe("malformed marks", () => {
-  const rows: { name: string; corrupt(marks: OwnerMarks): OwnerMarks; reports: RegExp }[] = [
+  // Tampered owner annotations no longer match the seal: the object is not the function's copy any
+  // more, so it is kept (a leak the tamperer chose, never a deletion). A bad label on a sealed copy is
+  // a defect the library reports.
+  const rows: { name: string; corrupt(marks: OwnerMarks): OwnerMarks; reports?: RegExp }[] = [
     {
       name: "an owner uid that is not a uid",
       corrupt: (m) => ({ ...m, annotations: { ...m.annotations, [OwnerAnnotation.uid]: "not-a-uid" } }),
-      reports: /annotation multicluster\.ocm-functions\.io\/owner-uid: not a uid/,
     },
     {
       name: "the labels without the annotations",
       corrupt: (m) => ({ ...m, annotations: {} }),
-      reports: /annotation multicluster\.ocm-functions\.io\/owner-cluster: missing.*owner-uid: missing/,
     },
     {
       name: "an owner name edited so it no longer matches the hash label",
       corrupt: (m) => ({ ...m, annotations: { ...m.annotations, [OwnerAnnotation.name]: "someone-else" } }),
-      reports: /label multicluster\.ocm-functions\.io\/owner-hash is "[0-9a-f]{16}", but the owner annotations hash to/,
     },
     {
-      name: "an owned label that is not \"true\"",
+      name: "an owned label that is not \"true\" on a sealed copy",
       corrupt: (m) => ({ ...m, labels: { ...m.labels, [OwnedLabel]: "yes" } }),
       reports: /label multicluster\.ocm-functions\.io\/owned is "yes", not "true"/,
     },
   ];
 
-  it.each(rows)("reports $name, and deletes nothing", async ({ corrupt, reports }) => {
+  it.each(rows)("deletes nothing for $name, and says why", async ({ corrupt, reports }) => {
     const s = await ownerWithCopies(gcOnly);
     const copy = (await read(A, s.name))!;
-    await admin(A).patch(CM, s.name, marksPatch(corrupt(ownedBy(s.owner, SOURCE))), { namespace: NS });
+    const sealed = sealedMarks(SEAL, s.owner, SOURCE, { cluster: A, resource: CM, namespace: NS, name: s.name }, copy.metadata.uid!);
+    await admin(A).patch(CM, s.name, marksPatch(corrupt(sealed)), { namespace: NS });
     await admin(SOURCE).delete(CM, s.name, NS); // with valid marks, the copy would now be collected
-    const err = await collectOrphanedCopy(gcOnly, { cluster: A, resource: CM, namespace: NS, name: s.name }).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(MalformedOwnerMarks);
-    expect((err as Error).message).toMatch(new RegExp(`ConfigMap default/${s.name} on target-a carries malformed cross-cluster owner marks`));
-    expect((err as Error).message).toMatch(reports);
+    const { io, warnings } = recordingIo(gcOnly);
+    const result = await collectOrphanedCopy(io, { cluster: A, resource: CM, namespace: NS, name: s.name }, SEAL).catch((e: unknown) => e);
+    if (reports) {
+      expect(result).toBeInstanceOf(MalformedOwnerMarks);
+      expect((result as Error).message).toMatch(new RegExp(`ConfigMap default/${s.name} on target-a carries malformed cross-cluster owner marks`));
+      expect((result as Error).message).toMatch(reports);
+    } else {
+      expect(result).toEqual(done);
+      expect(warnings.map((w) => w.msg)).toEqual([FOREIGN]);
+    }
     expect((await read(A, s.name))?.metadata.uid).toBe(copy.metadata.uid);
   });
 
   it("reports a copy whose owner is on a cluster it has no credentials for, and deletes nothing", async () => {
     const name = `cm-${suffix()}`;
     const elsewhere = { apiVersion: "v1", kind: "ConfigMap", metadata: { name, namespace: NS, uid: randomUUID() } };
-    await admin(A).create(CM, { metadata: { name, namespace: NS, ...ownedBy(elsewhere, "elsewhere") } });
+    await sealedCopyOf(elsewhere, "elsewhere", A, name);
     await expect(collect(gcOnly, A, name)).rejects.toThrow(/no credentials for cluster elsewhere/);
     expect(await read(A, name)).toBeDefined();
   });
 
-  it("stops an owner's deletion before any copy is touched when one copy is malformed", async () => {
+  it("finalizes an owner past a copy whose seal was tampered with, which it leaves alone", async () => {
     const s = await ownerWithCopies(withFinalizer);
-    await admin(B).patch(CM, s.name, { metadata: { annotations: { [OwnerAnnotation.uid]: "not-a-uid" } } }, { namespace: NS });
+    const tampered = (await admin(B).patch<ConfigMap>(CM, s.name, { metadata: { annotations: { [SealAnnotation]: "v1.tampered" } } }, { namespace: NS })).metadata.uid;
     await deleteAsUser(s.name);
-    await expect(replicate(withFinalizer, s.name)).rejects.toThrow(/ConfigMap default\/.* on target-b carries malformed cross-cluster owner marks: annotation .*owner-uid: not a uid/);
-    expect(await ownerState(s.name)).toBe(`deleting, held by [${CopiesFinalizer}]`);
-    expect(await copyStates(s, [A])).toEqual({ [A]: "copy" });
-    expect(await read(B, s.name)).toBeDefined();
-    await expect(finalizeOwner(withFinalizer, ownerKey(s.name), { resource: CM, clusters: TARGETS })).rejects.toBeInstanceOf(MalformedOwnerMarks);
-
-    // repaired by hand, the next reconcile finishes
-    await admin(B).patch(CM, s.name, { metadata: { annotations: { [OwnerAnnotation.uid]: s.owner.metadata.uid } } }, { namespace: NS });
-    expect(await replicate(withFinalizer, s.name)).toEqual(done);
+    const { io, warnings } = recordingIo(withFinalizer);
+    expect(await reconcileKey(replicator, io, { cluster: SOURCE, namespace: NS, name: s.name })).toEqual(done);
     expect(await ownerState(s.name)).toBe("absent");
-    expect(await copyStates(s)).toEqual({ [A]: "absent", [B]: "absent" });
+    expect(await copyStates(s, [A])).toEqual({ [A]: "absent" });
+    expect((await read(B, s.name))?.metadata.uid).toBe(tampered); // not this function's copy any more: kept
+    expect(warnings.map((w) => [w.msg, (w.fields.object as { cluster: string }).cluster])).toEqual([[FOREIGN, B]]);
   });
 
   it("reports a delete-policy that is neither Orphan nor Delete, and deletes nothing", async () => {
@@ -522,5 +568,85 @@ describe("malformed marks", () => {
     expect(await copyStates(s)).toEqual({ [A]: "copy", [B]: "copy" });
     expect(await ownerState(s.name)).toBe(`deleting, held by [${CopiesFinalizer}]`);
     await admin(SOURCE).patch(CM, s.name, { metadata: { finalizers: null } }, { namespace: NS });
+  });
+});
+
+// The holes of issue 23: marks are labels and annotations, which whoever may patch an object can
+// write. Only the function's seal, over the object's own uid, makes an object its copy.
+describe("marks without the function's seal", () => {
+  // An object on target-a its owner (a ConfigMap on the admin's side) never had copied.
+  async function victim(): Promise<ConfigMap> {
+    return admin(A).create<ConfigMap>(CM, { metadata: { name: `victim-${suffix()}`, namespace: NS }, data: { mine: "yes" } });
+  }
+
+  it("never deletes a ConfigMap that a user who may patch but not delete ConfigMaps marked as the copy of an absent owner", async () => {
+    const v = await victim();
+    const absent = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: v.metadata.name, namespace: NS, uid: randomUUID() } };
+    // the patcher cannot delete it...
+    await expect(patcher.delete(CM, v.metadata.name!, NS)).rejects.toSatisfy((e: unknown) => classifyError(e) === "forbidden");
+    // ...so marks it, a made-up seal too, and waits for the function
+    const marks = ownedBy(absent, SOURCE);
+    await patcher.patch(CM, v.metadata.name!, marksPatch({ ...marks, annotations: { ...marks.annotations, [SealAnnotation]: `v1.${randomBytes(32).toString("base64url")}` } }), { namespace: NS });
+    const { io, warnings } = recordingIo(gcOnly);
+    expect(await reconcileKey(replicator, io, { cluster: A, namespace: NS, name: v.metadata.name! })).toEqual(done);
+    expect((await read(A, v.metadata.name!))?.metadata.uid).toBe(v.metadata.uid);
+    expect(warnings.map((w) => w.msg)).toEqual([FOREIGN]);
+  });
+
+  it("collects the genuine copies of a gone owner but keeps the unrelated object its real marks were copied onto", async () => {
+    const s = await ownerWithCopies(gcOnly);
+    const v = await victim();
+    const genuine = (await patcher.get<ConfigMap>(CM, s.name, NS))!;
+    // every mark of the real copy, its seal included, written onto the victim by the patcher
+    await patcher.patch(CM, v.metadata.name!, { metadata: { labels: genuine.metadata.labels, annotations: genuine.metadata.annotations } }, { namespace: NS });
+    await admin(SOURCE).delete(CM, s.name, NS);
+    expect(await collectBoth(s)).toEqual([done, done]);
+    expect(await collect(gcOnly, A, v.metadata.name!)).toEqual(done);
+    expect(await copyStates(s)).toEqual({ [A]: "absent", [B]: "absent" });
+    expect((await read(A, v.metadata.name!))?.metadata.uid).toBe(v.metadata.uid);
+  });
+
+  it("deletes an owner's genuine copies when it is deleted but neither deletes nor releases the unrelated object its real marks were copied onto", async () => {
+    const s = await ownerWithCopies(withFinalizer);
+    const v = await victim();
+    const genuine = (await patcher.get<ConfigMap>(CM, s.name, NS))!;
+    await patcher.patch(CM, v.metadata.name!, { metadata: { labels: genuine.metadata.labels, annotations: genuine.metadata.annotations } }, { namespace: NS });
+    await deleteAsUser(s.name);
+    expect(await replicate(withFinalizer, s.name)).toEqual(done); // the victim does not hold the owner either
+    expect(await ownerState(s.name)).toBe("absent");
+    expect(await copyStates(s)).toEqual({ [A]: "absent", [B]: "absent" });
+    const kept = (await read(A, v.metadata.name!))!;
+    expect(kept.metadata.uid).toBe(v.metadata.uid);
+    expect(kept.metadata.annotations).toMatchObject(genuine.metadata.annotations as Record<string, string>); // not released either
+  });
+
+  it("releases an owner's genuine copies on Orphan but leaves the marks copied onto an unrelated object alone", async () => {
+    const s = await ownerWithCopies(withFinalizer);
+    const v = await victim();
+    const genuine = (await patcher.get<ConfigMap>(CM, s.name, NS))!;
+    await patcher.patch(CM, v.metadata.name!, { metadata: { labels: genuine.metadata.labels, annotations: genuine.metadata.annotations } }, { namespace: NS });
+    expect(await deleteOwner(withFinalizer, ownerKey(s.name), "Orphan")).toBe(true);
+    expect(await replicate(withFinalizer, s.name)).toEqual(done);
+    expect(await copyStates(s)).toEqual({ [A]: "released", [B]: "released" });
+    expect(((await read(A, s.name))?.metadata.annotations as Record<string, string> | undefined)?.[SealAnnotation]).toBeUndefined();
+    expect((await read(A, v.metadata.name!))?.metadata.annotations).toMatchObject(genuine.metadata.annotations as Record<string, string>);
+  });
+
+  it("refuses a seal key that is not base64 or shorter than 32 bytes", () => {
+    expect(() => CopySeal.fromBase64("not base64!")).toThrow(/the copy seal key is not base64/);
+    expect(() => CopySeal.fromBase64(randomBytes(16).toString("base64"))).toThrow(/the copy seal key has 16 bytes, not at least 32/);
+  });
+
+  it("seals one object only: another uid, name or cluster under the same marks does not match", () => {
+    const owner = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "o", namespace: NS, uid: randomUUID() } };
+    const place = { cluster: A, resource: CM, namespace: NS, name: "c" };
+    const uid = randomUUID();
+    const copy = (at: typeof place, u: string, marks: OwnerMarks) => ({ kind: "ConfigMap", metadata: { name: at.name, namespace: NS, uid: u, ...marks } });
+    const marks = sealedMarks(SEAL, owner, SOURCE, place, uid);
+    expect(sealedOwnerOf(SEAL, copy(place, uid, marks), place)).toMatchObject({ uid: owner.metadata.uid });
+    expect(sealedOwnerOf(SEAL, copy(place, randomUUID(), marks), place)).toBeUndefined();
+    expect(sealedOwnerOf(SEAL, copy({ ...place, name: "d" }, uid, marks), { ...place, name: "d" })).toBeUndefined();
+    expect(sealedOwnerOf(SEAL, copy(place, uid, marks), { ...place, cluster: B })).toBeUndefined();
+    expect(sealedOwnerOf(CopySeal.fromBase64(randomBytes(32).toString("base64")), copy(place, uid, marks), place)).toBeUndefined();
   });
 });

@@ -1,8 +1,13 @@
 // The heartbeat sidecar against a real hub and spoke: it renews managed-cluster-lease only while its
 // cluster is accepted, follows the lease duration, picks up rotated credentials, survives the cluster
-// being recreated and the hub going away, reports an expired certificate on /healthz, and runs with the
-// agent settings of the checkpoint (its proxy, its log level), recording its health on change only.
+// being recreated and the hub going away, reports an expired certificate on /healthz and its counts on
+// /metrics, and runs with the agent settings of the checkpoint (its proxy, its log level), recording its
+// health on change only.
 import { randomBytes } from "node:crypto";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createServer as createHttpServer } from "node:http";
 import { connect, createServer as createTcpServer, type Socket } from "node:net";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
@@ -314,6 +319,42 @@ describe("credentials", () => {
     }
     await expect(fetch(`${hb.healthUrl}/healthz`)).rejects.toThrow(); // stop() closed the endpoint
   });
+
+  it("/metrics on the health endpoint counts each beat by cluster and result, and the lease renewals' requests to the hub by method and code", async () => {
+    const c = await joinedCluster();
+    const hb = await heartbeat(c, { clock: manualClock(), health: { port: 0 } });
+    // One sample line of the Prometheus text format, its labels in the order the metric declares them.
+    const sample = (text: string, name: string, labels: [string, string][]) => {
+      const line = `${name}{${labels.map(([k, v]) => `${k}="${v}"`).join(",")}} `;
+      const found = text.split("\n").filter((l) => l.startsWith(line));
+      expect(found.length).toBeLessThanOrEqual(1);
+      return found.length ? Number(found[0]!.slice(line.length)) : 0;
+    };
+    const scrape = async () => {
+      const res = await fetch(`${hb.healthUrl}/metrics`);
+      expect([res.status, res.headers.get("content-type")]).toEqual([200, "text/plain; version=0.0.4; charset=utf-8"]);
+      return res.text();
+    };
+    try {
+      const first = await hb.wake();
+      expect(first.last?.kind).toBe("renewed");
+      const hubHost = new URL(hubCluster.url).host;
+      const puts = (text: string) => sample(text, "rest_client_requests_total", [["code", "200"], ["method", "PUT"], ["host", hubHost]]);
+      const before = await scrape();
+      expect(before).toContain("# TYPE ocmf_heartbeat_beats_total counter\n");
+      expect(sample(before, "ocmf_heartbeat_beats_total", [["cluster", c.name], ["result", "renewed"]])).toBe(first.renewals);
+      await hb.wake();
+      const last = await hb.wake();
+      expect(last.renewals).toBe(first.renewals + 2);
+      const after = await scrape();
+      expect(sample(after, "ocmf_heartbeat_beats_total", [["cluster", c.name], ["result", "renewed"]])).toBe(last.renewals);
+      expect(sample(after, "ocmf_heartbeat_beats_total", [["cluster", c.name], ["result", "unreachable"]])).toBe(0);
+      // each renewal is one PUT of the lease, answered 200
+      expect(puts(after) - puts(before)).toBe(2);
+    } finally {
+      await stopped(hb);
+    }
+  });
 });
 
 // An HTTP CONNECT proxy in the test process: it counts the tunnels it opens and where they lead.
@@ -428,6 +469,53 @@ describe("agent settings", () => {
     } finally {
       await stopped(hb);
       await proxy.close();
+      await withoutAgentConfig();
+    }
+  });
+
+  it("a sidecar process whose checkpoint names a proxy URL with undecodable credentials (http://%zz@127.0.0.1:9) stays alive, says why it ignores it, and renews straight to the hub (issue 23)", async () => {
+    await withoutAgentConfig();
+    const c = await joinedCluster({ leaseDurationSeconds: 1 });
+    // As an agent-config function older than the schema's bounds would have written it.
+    await activate({ heartbeat: { proxyURL: "http://%zz@127.0.0.1:9" } });
+    const dir = mkdtempSync(join(tmpdir(), "heartbeat-proxy-"));
+    writeFileSync(join(dir, "spoke.kubeconfig"), await identityFor(local.get("spoke"), "heartbeat"), { mode: 0o600 });
+    const child = spawn(process.execPath, [join(import.meta.dirname, "..", "components", "heartbeat", "main.ts")], {
+      env: {
+        ...process.env,
+        KUBECONFIG: join(dir, "spoke.kubeconfig"),
+        SPOKE_CLUSTER_NAME: c.name,
+        AGENT_NAMESPACE: c.secrets.agentNamespace,
+        BOOTSTRAP_SECRET: c.secrets.bootstrapSecret,
+        HUB_KUBECONFIG_SECRET: c.secrets.hubSecret,
+        HEALTH_PORT: "0",
+      },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    try {
+      // Lease renewals a second apart, each one a beat the process lived through.
+      const renewTimes = new Set<string>();
+      await eventually(
+        async () => {
+          expect(child.exitCode, stderr).toBeNull();
+          const renewTime = (await lease(c))?.spec?.renewTime;
+          if (renewTime) renewTimes.add(renewTime);
+          expect(renewTimes.size).toBeGreaterThanOrEqual(4);
+        },
+        { timeoutMs: 30_000, intervalMs: 200 },
+      );
+      expect(child.exitCode, stderr).toBeNull();
+      expect(stderr).toContain("active agent settings unreadable: running the install-time settings");
+      expect(stderr).toContain("active.settings.heartbeat.proxyURL: must be an http, https or socks5 URL with well-formed % escapes");
+      expect(stderr).not.toMatch(/Unhandled|URIError/);
+      expect((await heartbeatRecord()).record).toMatchObject({ hash: InstallTimeHash, ok: true });
+    } finally {
+      if (child.exitCode === null) child.kill("SIGTERM");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
       await withoutAgentConfig();
     }
   });

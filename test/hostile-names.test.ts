@@ -7,6 +7,8 @@ import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client
 import type { ApiResource } from "../shared/api/meta.ts";
 import { handleEvent, type FunctionSpec, type Io } from "../shared/harness.ts";
 import { parseEvent } from "../shared/events.ts";
+import { fieldSelectorOf, labelsQuery } from "../shared/selector-query.ts";
+import { KubeError } from "../shared/kube/errors.ts";
 import {
   CertificateSigningRequestResource,
   ClusterRoleBindingResource,
@@ -204,5 +206,76 @@ describe("resourcePath", () => {
   it("addresses names with colons, and the collection when no name is given", () => {
     expect(resourcePath(ClusterRoleResource, { name: "open-cluster-management:managedcluster:c1" })).toBe("/apis/rbac.authorization.k8s.io/v1/clusterroles/open-cluster-management%3Amanagedcluster%3Ac1");
     expect(resourcePath(ManagedClusterAddOnV1alpha1Resource, { namespace: "c1" })).toBe("/apis/addon.open-cluster-management.io/v1alpha1/namespaces/c1/managedclusteraddons");
+  });
+});
+
+// issue 23 hole 8: a name with a character that means something in a selector or a URL. No custom
+// resource can have one (the API server holds their names to DNS-1123 subdomains), so an event naming one
+// is refused when parsed; names that are legal (RBAC names are any path segment) are escaped as
+// apimachinery's fields.EscapeValue escapes them and URL-encoded.
+describe("names with selector characters", () => {
+  const selectorNames = ["hello?world", "hello=world", "hello#world", "hello,world", "hello\\world", "a=b,metadata.namespace!=x"];
+  const withCmaWatch = subjects.filter((s) => s.watched.includes(cma));
+
+  it("the API server refuses each as a ClusterManagementAddOn name (so an event naming one is forged)", async () => {
+    for (const name of selectorNames) {
+      const refused = await admin.create(ClusterManagementAddOnV1alpha1Resource, { metadata: { name }, spec: {} }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(refused instanceof KubeError && refused.code, name).toBe(422);
+    }
+  });
+
+  it.each(withCmaWatch.map((s) => [s.spec.name, s] as const))("%s answers 400 with the reason to a ClusterManagementAddOn event naming one, never 500, and writes nothing", async (_, s) => {
+    const io = ios.get(s.spec.name)!;
+    const before = await snapshot();
+    const wrong: string[] = [];
+    for (const name of selectorNames)
+      for (const mode of ["resource", "ref"] as const) {
+        const reply = await handleEvent(s.spec, io, objectEvent({ cluster: HUB, mode, object: legitimate(cma, { name }) }));
+        if (reply.statusCode !== 400 || !/DNS-1123 subdomain/.test(reply.body ?? "")) wrong.push(`${mode} ${JSON.stringify(name)}: ${reply.statusCode} ${(reply.body ?? "").slice(0, 160)}`);
+      }
+    expect(wrong).toEqual([]);
+    expect(await snapshot()).toEqual(before);
+  });
+
+  it("a field selector built by fieldSelectorOf finds exactly the ClusterRole whose name holds each, URL-encoded and escaped", async () => {
+    const tag = Math.random().toString(36).slice(2, 7);
+    const names = selectorNames.map((n) => `${tag}:${n}`);
+    for (const name of names) await admin.create(ClusterRoleResource, { metadata: { name }, rules: [] });
+    for (const name of names) {
+      const { items } = await admin.list(ClusterRoleResource, { fieldSelector: fieldSelectorOf({ "metadata.name": name }) });
+      expect(items.map((o) => o.metadata.name), name).toEqual([name]);
+    }
+  });
+
+  it("a label selector for a value no label can hold selects nothing instead of failing, and one for a label value selects the labelled", async () => {
+    const long = `${"a".repeat(60)}.example.com`; // a legal custom resource name, too long for a label value
+    const found = async (value: string) => (await admin.list(ConfigMapResource, { namespace: VICTIM, labelSelector: labelsQuery({ [AddOnLabel.AddonName]: value }, { absent: [AddOnLabel.AddonNamespace] }) })).items.map((o) => o.metadata.name);
+    await admin.create(ConfigMapResource, { metadata: { name: "labelled", namespace: VICTIM, labels: { [AddOnLabel.AddonName]: "short.example.com" } } });
+    expect(await found(long)).toEqual([]);
+    expect(await found("hello,world")).toEqual([]);
+    expect(await found("short.example.com")).toEqual(["labelled"]);
+  });
+
+  it("addon-manager reconciles an add-on whose name is a legal custom resource name longer than any label value, finding no works by that label instead of a 500", async () => {
+    const name = `${"a".repeat(60)}.example.com`;
+    const fn = subjects.find((s) => s.spec === addonManager.spec)!;
+    const io = ios.get(fn.spec.name)!;
+    const made = await admin.create<KubeObject>(ClusterManagementAddOnV1alpha1Resource, { metadata: { name }, spec: {} });
+    await eventually(() => admin.create(ManagedClusterAddOnV1alpha1Resource, { metadata: { name, namespace: VICTIM }, spec: {} }));
+    // ManifestApplied already there: Progressing then looks for the add-on's works by its label
+    const applied = { type: "ManifestApplied", status: "True", reason: "AddonManifestApplied", message: "applied", lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, "Z") };
+    await admin.patch(ManagedClusterAddOnV1alpha1Resource, name, { status: { conditions: [applied] } }, { namespace: VICTIM, subresource: "status" });
+    // the CMA's event finds its add-on by name; the add-on's own event reconciles it
+    for (const mode of ["resource", "ref"] as const) {
+      expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, mode, object: legitimate(cma, { name }) }))).statusCode).toBe(204);
+      expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, mode, object: legitimate(addon, { name }) }))).statusCode).toBe(204);
+    }
+    const mca = await admin.get<KubeObject & { metadata: { ownerReferences?: { uid: string }[] }; status?: { conditions?: { type: string; status: string; message: string }[] } }>(ManagedClusterAddOnV1alpha1Resource, name, VICTIM);
+    expect(mca?.metadata.ownerReferences?.map((r) => r.uid)).toEqual([made.metadata.uid]);
+    // no work can carry a label value that long, so none is found: still progressing, with no works
+    expect(mca?.status?.conditions?.find((c) => c.type === "Progressing")).toMatchObject({ status: "True", message: expect.stringContaining("no addon works") });
   });
 });

@@ -7,7 +7,7 @@
 // everything labelled as ours.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { execFile, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bundle } from "../dev/build/bundle.ts";
@@ -25,6 +25,7 @@ import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, Hu
 import { HubRbacName } from "../shared/api/register.ts";
 import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type Secret } from "../shared/hub-credentials.ts";
 import { findCondition } from "../shared/conditions.ts";
+import { KubeError } from "../shared/kube/errors.ts";
 import { eventually } from "./support/eventually.ts";
 
 const CLUSTER = "edge1";
@@ -150,6 +151,9 @@ describe("ocmf render from the bundle, outside the checkout", () => {
 
 describe("install, join, accept, uninstall", () => {
   it("install hub applies every rendered object server-side as ocmf, makes a bootstrap token and prints the join command", async () => {
+    // an old file there, readable by everyone: the token must not land in it as it is
+    writeFileSync(join(work, "bootstrap.kubeconfig"), "old\n");
+    chmodSync(join(work, "bootstrap.kubeconfig"), 0o644);
     const r = await ocmf(["install", "hub", "--kubeconfig", hubKubeconfig, "--wait", "crds", "--output-bootstrap-kubeconfig", join(work, "bootstrap.kubeconfig")]);
     expect(r.code, described(r)).toBe(0);
     expect(r.stderr).toBe("");
@@ -182,6 +186,55 @@ describe("install, join, accept, uninstall", () => {
       asBootstrap.close();
     }
   }, 180_000);
+
+  it("install hub writes the bootstrap kubeconfig over a world-readable file as a new file only its owner can read", () => {
+    const file = join(work, "bootstrap.kubeconfig");
+    expect((statSync(file).mode & 0o777).toString(8)).toBe("600");
+    expect(readFileSync(file, "utf8")).toContain("token: ");
+    // written aside and renamed into place: nothing of the temporary file is left
+    expect(readdirSync(work).filter((f) => f.startsWith(".bootstrap.kubeconfig"))).toEqual([]);
+  });
+
+  it("install hub's bootstrap token expires 24 hours after it is made, as kubeadm's does, and says so", async () => {
+    const token = /--hub-token (\S+)/.exec(joinCommand)![1]!;
+    const [id] = token.split(".");
+    const secret = await hubAdmin.get<Secret & KubeObject>(SecretResource, `bootstrap-token-${id}`, "kube-system");
+    const expiration = secretText(secret, "expiration");
+    expect(expiration, "the token secret's expiration").toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    const made = new Date(String(secret!.metadata.creationTimestamp)).getTime();
+    const ttlMs = new Date(expiration!).getTime() - made;
+    expect(Math.abs(ttlMs - 24 * 3_600_000), `expires ${expiration}, made ${secret!.metadata.creationTimestamp}`).toBeLessThanOrEqual(60_000);
+  });
+
+  it("the bootstrap identity reads the hub's CA where clusteradm join looks for it (kube-public cluster-info, kube-root-ca.crt) and no other ConfigMap", async () => {
+    type ConfigMap = KubeObject & { data?: Record<string, string> };
+    await hubAdmin.create<ConfigMap>(ConfigMapResource, { metadata: { name: "hub-settings", namespace: HubNamespaceDefault }, data: { password: "s3cret" } });
+    await hubAdmin.create<ConfigMap>(ConfigMapResource, { metadata: { name: "other", namespace: "kube-public" }, data: { a: "b" } });
+    const asBootstrap = KubeClient.fromKubeconfig(readFileSync(join(work, "bootstrap.kubeconfig"), "utf8"));
+    try {
+      // without kubeadm there is no cluster-info: the answer must be "not found", not "forbidden", so
+      // clusteradm goes on to kube-root-ca.crt
+      expect(await asBootstrap.get<ConfigMap>(ConfigMapResource, "cluster-info", "kube-public")).toBeUndefined();
+      // what kubeadm and kube-controller-manager's root-ca-cert-publisher (not run here) would publish
+      await hubAdmin.create<ConfigMap>(ConfigMapResource, { metadata: { name: "cluster-info", namespace: "kube-public" }, data: { kubeconfig: "apiVersion: v1\nkind: Config\n" } });
+      await hubAdmin.create<ConfigMap>(ConfigMapResource, { metadata: { name: "kube-root-ca.crt", namespace: "kube-public" }, data: { "ca.crt": hub.caPem } });
+      expect((await asBootstrap.get<ConfigMap>(ConfigMapResource, "cluster-info", "kube-public"))?.data?.kubeconfig).toContain("kind: Config");
+      expect((await asBootstrap.get<ConfigMap>(ConfigMapResource, "kube-root-ca.crt", "kube-public"))?.data?.["ca.crt"]).toBe(hub.caPem);
+      const refused = async (read: () => Promise<unknown>) => {
+        const err = await read().then(() => undefined, (e: unknown) => e);
+        return err instanceof KubeError ? err.code : err;
+      };
+      expect(await refused(() => asBootstrap.get(ConfigMapResource, "hub-settings", HubNamespaceDefault))).toBe(403);
+      expect(await refused(() => asBootstrap.get(ConfigMapResource, "other", "kube-public"))).toBe(403);
+      expect(await refused(() => asBootstrap.get(ConfigMapResource, "extension-apiserver-authentication", "kube-system"))).toBe(403);
+      expect(await refused(() => asBootstrap.get(ConfigMapResource, "kube-root-ca.crt", "kube-system"))).toBe(403);
+      expect(await refused(() => asBootstrap.list(ConfigMapResource, { namespace: "kube-public" }))).toBe(403);
+    } finally {
+      asBootstrap.close();
+      await hubAdmin.delete(ConfigMapResource, "hub-settings", HubNamespaceDefault);
+      for (const name of ["other", "cluster-info", "kube-root-ca.crt"]) await hubAdmin.delete(ConfigMapResource, name, "kube-public");
+    }
+  });
 
   it("install hub again changes nothing, and with --wait all ends after --wait-timeout naming what no Knative controller made Ready", async () => {
     const objects = renderHub();

@@ -1,5 +1,5 @@
 // A spoke joins the hub with every part real: control planes, relays, and the four registration
-// functions as faas-js-runtime servers under their own identities.
+// functions behind our CloudEvents server (shared/cloudevents-server.ts) under their own identities.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startFleet, type Fleet } from "../dev/local/fleet.ts";
 import { acceptCluster } from "../cli/accept.ts";

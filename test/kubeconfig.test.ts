@@ -15,6 +15,7 @@ import { KubeClient } from "../shared/kube/client.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { inClusterKubeconfig, parseKubeconfig, readKubeconfigFile } from "../shared/kube/kubeconfig.ts";
 import { issueCertificate } from "../shared/pki.ts";
+import { proxyConnector } from "../shared/kube/proxy.ts";
 
 let local: LocalClusters;
 let hub: LocalCluster;
@@ -90,6 +91,10 @@ describe("reading a kubeconfig", () => {
     { name: "an exec plugin of an unknown version", text: () => kubeconfig({ exec: { apiVersion: "client.authentication.k8s.io/v1alpha1", command: "x" } }), says: 'kubeconfig: user "someone": exec: apiVersion "client.authentication.k8s.io/v1alpha1": one of client.authentication.k8s.io/v1, client.authentication.k8s.io/v1beta1 is needed' },
     { name: "insecure with a CA", text: () => kubeconfig({}, { "insecure-skip-tls-verify": true }), says: 'kubeconfig: cluster "hub": insecure-skip-tls-verify together with a certificate authority' },
     { name: "a SOCKS4 proxy", text: () => kubeconfig({}, { "proxy-url": "socks4://p:1080" }), says: 'kubeconfig: cluster "hub": proxy-url socks4://p:1080: the scheme must be http, https, socks5 or socks5h' },
+    // issue 23: a proxy URL is usable as a whole when read, credentials decoded, or refused then
+    { name: "a proxy URL whose user name does not decode (http://%zz@…)", text: () => kubeconfig({}, { "proxy-url": "http://%zz@127.0.0.1:9" }), says: 'kubeconfig: cluster "hub": proxy-url http://127.0.0.1:9: the user name is not valid percent-encoded UTF-8' },
+    { name: "a proxy URL whose password is not UTF-8 once decoded", text: () => kubeconfig({}, { "proxy-url": "http://u:%ff@127.0.0.1:9" }), says: 'kubeconfig: cluster "hub": proxy-url http://127.0.0.1:9: the password is not valid percent-encoded UTF-8' },
+    { name: "a SOCKS5 user name longer than RFC 1929's 255 bytes", text: () => kubeconfig({}, { "proxy-url": `socks5://${"u".repeat(256)}@127.0.0.1:1080` }), says: 'kubeconfig: cluster "hub": proxy-url socks5://127.0.0.1:1080: a SOCKS5 user name and password are at most 255 bytes each' },
     { name: "a plain http server", text: () => kubeconfig({}, { server: "http://127.0.0.1:8080" }), says: 'kubeconfig: cluster "hub": server http://127.0.0.1:8080: only https is supported' },
     { name: "a -data field that is not base64", text: () => kubeconfig({ "client-certificate-data": "-----BEGIN CERTIFICATE-----", "client-key-data": b64("k") }), says: 'kubeconfig: user "someone": client-certificate-data is not base64' },
   ];
@@ -276,6 +281,23 @@ describe("proxy-url", () => {
       expect(proxy.tunnels).toHaveLength(3);
     } finally {
       await proxy.close();
+    }
+  });
+
+  it("a proxy URL whose credentials do not decode is refused by the connector itself, before any socket exists (issue 23)", () => {
+    expect(() => proxyConnector("http://%zz@127.0.0.1:9")).toThrow(new Error("proxy URL http://127.0.0.1:9: the user name is not valid percent-encoded UTF-8"));
+  });
+
+  it("a proxy that hangs up during the handshake is the request's ordinary error, not an unhandled one", async () => {
+    const server: Server = createTcpServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as { port: number };
+    try {
+      const err = await whoAmI(client(kubeconfig({ token: "x" }, { "proxy-url": `http://127.0.0.1:${port}` }))).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(KubeError);
+      expect((err as KubeError).message).toMatch(new RegExp(`proxy http://127.0.0.1:${port} closed the connection|ECONNRESET`));
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 

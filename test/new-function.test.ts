@@ -2,6 +2,7 @@
 // are what its definition derives, and its own test passes against real clusters (the proof that the
 // template works). A bad name, a place outside the checkout and an existing file are refused, and then
 // nothing is written.
+import { randomBytes } from "node:crypto";
 import { execFile } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,11 +16,12 @@ const root = resolve(import.meta.dirname, "..");
 let dir: string; // inside the checkout, as the scaffold must be
 
 type Run = { code: number; stdout: string; stderr: string };
-// The child vitest must not take this run's worker variables for its own.
-const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("VITEST"))), NO_COLOR: "1" };
-const run = (args: string[], timeoutMs = 60_000) =>
+// The child vitest must not take this run's worker variables for its own. COPY_SEAL_KEY: the scaffold's
+// one setting without a default, set as the guide sets it.
+const env: NodeJS.ProcessEnv = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("VITEST"))), NO_COLOR: "1", COPY_SEAL_KEY: randomBytes(32).toString("base64") };
+const run = (args: string[], timeoutMs = 60_000, runEnv = env) =>
   new Promise<Run>((done) =>
-    execFile(process.execPath, args, { cwd: root, env, timeout: timeoutMs, maxBuffer: 16 << 20 }, (err, stdout, stderr) =>
+    execFile(process.execPath, args, { cwd: root, env: runEnv, timeout: timeoutMs, maxBuffer: 16 << 20 }, (err, stdout, stderr) =>
       done({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr }),
     ),
   );
@@ -92,7 +94,7 @@ describe("the scaffold", () => {
 
   it("derives the RBAC from the definition's watches, plus what the reconcile writes", async () => {
     const { default: fn, ConfigSchema } = (await import(join(fnDir(), "function.ts"))) as { default: MultiClusterFunction<unknown>; ConfigSchema: { parse(v: unknown): unknown } };
-    const reads = watchRules(fn.definition.watches(ConfigSchema.parse({})));
+    const reads = watchRules(fn.definition.watches(ConfigSchema.parse({ copySealKey: randomBytes(32).toString("base64") })));
     const role = (file: string) => parseAllDocuments(readFileSync(join(fnDir(), file), "utf8")).map((d) => d.toJS() as { kind: string; metadata: { name: string }; rules: unknown[] });
     const [source] = role("rbac-source.yaml");
     const [target] = role("rbac-target.yaml");
@@ -101,7 +103,7 @@ describe("the scaffold", () => {
     expect(target).toMatchObject({ kind: "ClusterRole", metadata: { name: "copier:target" } });
     expect(target!.rules).toEqual([
       ...reads.get("east")!,
-      { apiGroups: [""], resources: ["configmaps"], verbs: ["create", "update", "delete"] },
+      { apiGroups: [""], resources: ["configmaps"], verbs: ["create", "patch", "update", "delete"] },
       { apiGroups: [""], resources: ["namespaces"], verbs: ["get", "create"] },
     ]);
   });
@@ -111,9 +113,12 @@ describe("the scaffold", () => {
     const yaml = FuncYamlSchema.parse(parse(readFileSync(join(fnDir(), "func.yaml"), "utf8")));
     expect(yaml).toMatchObject({ specVersion: "0.35.0", name: "copier", runtime: "typescript", invoke: "cloudevent", deploy: { serviceAccountName: "copier" } });
     const envs = Object.fromEntries(yaml.run.envs.map((e) => [e.name, e.value]));
-    expect(envs).toMatchObject({ SOURCE: "home", TARGETS: "east,west", OCM_CLUSTER_NAME: "home" });
-    expect(fn.configFromEnv(envs)).toEqual({ source: "home", targets: ["east", "west"] });
-    expect(yaml.deploy.subscriptions).toEqual(fn.subscriptions(fn.configFromEnv(envs)));
+    expect(envs).toMatchObject({ SOURCE: "home", TARGETS: "east,west", OCM_CLUSTER_NAME: "home", COPY_SEAL_KEY: "{{ secret:copier-copy-seal:key }}" });
+    // deployed, knative/func puts the Secret's key in COPY_SEAL_KEY
+    const key = randomBytes(32).toString("base64");
+    expect(fn.configFromEnv({ ...envs, COPY_SEAL_KEY: key })).toEqual({ source: "home", targets: ["east", "west"], copySealKey: key });
+    expect(() => fn.configFromEnv(envs)).toThrow(/copy seal key is not base64/);
+    expect(yaml.deploy.subscriptions).toEqual(fn.subscriptions(fn.configFromEnv({ ...envs, COPY_SEAL_KEY: key })));
   });
 
   it("type-checks", async () => {
@@ -127,6 +132,9 @@ describe("the scaffold", () => {
     const lacking = await ocmf("run", "function", join(fnDir(), "function.ts"), "--kubeconfig-dir", join(dir, "empty"));
     expect(lacking.code).toBe(1);
     expect(lacking.stderr).toBe(`error: copier watches home, east, west: put home.kubeconfig, east.kubeconfig, west.kubeconfig in ${join(dir, "empty")}\n`);
+    const keyless = await run(["cli/ocmf.ts", "run", "function", join(fnDir(), "function.ts"), "--kubeconfig-dir", join(dir, "empty")], 60_000, { ...env, COPY_SEAL_KEY: undefined });
+    expect(keyless.code).toBe(1);
+    expect(keyless.stderr).toMatch(/^error: copier: invalid settings in the environment: .*copySealKey/);
     writeFileSync(join(dir, "not-a-function.ts"), "export default 1;\n");
     const wrong = await ocmf("run", "function", join(dir, "not-a-function.ts"), "--kubeconfig-dir", join(dir, "empty"));
     expect(wrong.code).toBe(1);

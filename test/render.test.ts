@@ -160,7 +160,7 @@ describe("a render", () => {
   });
 
   // `clusteradm get token` asks for a token of this account (OCM's cluster-manager makes it).
-  it("gives clusteradm's join-token ServiceAccount the bootstrap ClusterRole bootstrap tokens get, and nothing else", () => {
+  it("gives clusteradm's join-token ServiceAccount the bootstrap roles bootstrap tokens get, and nothing else", () => {
     type Binding = Manifest & { roleRef: { kind: string; name: string }; subjects?: { kind: string; name: string; namespace?: string }[] };
     const { namespace, name } = BootstrapServiceAccount;
     expect([namespace, name]).toEqual(["open-cluster-management", "agent-registration-bootstrap"]);
@@ -172,9 +172,10 @@ describe("a render", () => {
     const ofAccount = bindings.filter((b) => b.subjects?.some((s) => s.kind === "ServiceAccount" && s.name === name && s.namespace === namespace));
     expect(ofAccount.map((b) => [b.kind, b.metadata.name, b.roleRef.kind, b.roleRef.name])).toEqual([
       ["ClusterRoleBinding", "open-cluster-management:bootstrap:agent-registration", "ClusterRole", "open-cluster-management:bootstrap"],
+      ["RoleBinding", "open-cluster-management:bootstrap:hub-ca", "Role", "open-cluster-management:bootstrap:hub-ca"],
     ]);
     const ofTokens = bindings.filter((b) => b.subjects?.some((s) => s.kind === "Group" && s.name === "system:bootstrappers:managedcluster"));
-    expect(ofTokens.map((b) => b.roleRef.name)).toEqual(["open-cluster-management:bootstrap"]);
+    expect(ofTokens.map((b) => b.roleRef.name)).toEqual(["open-cluster-management:bootstrap", "open-cluster-management:bootstrap:hub-ca"]);
   });
 
   it("renders that namespace once when it is also the hub's", () => {

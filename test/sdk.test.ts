@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ConfigMapResource, LeaseResource, SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource } from "../shared/api/cluster.ts";
-import { done, type Io } from "../shared/harness.ts";
+import { done, skipClass, type Io, type Skip } from "../shared/harness.ts";
 import type { ObjectEvent } from "../shared/events.ts";
 import { defineFunction, subscriptionsOf, watchRules, type Watch } from "../shared/sdk.ts";
 import { labelSelectorObject, mergeWatches } from "../cli/render/sources.ts";
@@ -35,15 +35,19 @@ describe("defineFunction's keys", () => {
   });
 
   it("skips a verb the watch does not take, and a kind, cluster or namespace no watch names", async () => {
-    for (const e of [
-      event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1", "delete"),
-      event("spoke2", "ConfigMap", "v1", "x-cm", "add", "agent"),
-      event("spoke1", "ConfigMap", "v1", "x-cm", "add", "other"),
-      event("hub", "Secret", "v1", "s"),
+    // each with its reason class, which /metrics counts by (docs/metrics.md)
+    for (const [e, reason] of [
+      [event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1", "delete"), "verb"],
+      [event("spoke2", "ConfigMap", "v1", "x-cm", "add", "agent"), "not-watched"],
+      [event("spoke1", "ConfigMap", "v1", "x-cm", "add", "other"), "not-watched"],
+      [event("hub", "Secret", "v1", "s"), "not-watched"],
       // the same kind name in another group is another kind
-      event("hub", "ManagedCluster", "example.com/v1", "c1"),
-    ])
-      expect(await fn.spec.keys(e, io)).toEqual({ skip: expect.any(String) });
+      [event("hub", "ManagedCluster", "example.com/v1", "c1"), "not-watched"],
+    ] as const) {
+      const keys = await fn.spec.keys(e, io);
+      expect(keys).toEqual({ skip: expect.any(String) });
+      expect(skipClass(keys as Skip)).toBe(reason);
+    }
   });
 
   it("maps a watch's events with its own keys, across clusters, and others through map", async () => {
@@ -54,7 +58,9 @@ describe("defineFunction's keys", () => {
   it("skips a root event whose object, as the event carries it, is settled; keys one without the object", async () => {
     const calm = defineFunction({ ...fn.definition, settled: (o) => o.metadata.labels !== undefined });
     const withObject = (labels?: Record<string, string>): ObjectEvent => ({ ...event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1"), object: { metadata: { name: "c1", labels } } });
-    expect(await calm.spec.keys(withObject({ a: "b" }), io)).toEqual({ skip: expect.stringContaining("settled") });
+    const settled = await calm.spec.keys(withObject({ a: "b" }), io);
+    expect(settled).toEqual({ skip: expect.stringContaining("settled") });
+    expect(skipClass(settled as Skip)).toBe("settled");
     expect(await calm.spec.keys(withObject(), io)).toEqual([{ cluster: "hub", name: "c1" }]);
     expect(await calm.spec.keys(event("hub", "ManagedCluster", "cluster.open-cluster-management.io/v1", "c1"), io)).toEqual([{ cluster: "hub", name: "c1" }]);
     // a deletion is never settled
@@ -63,7 +69,9 @@ describe("defineFunction's keys", () => {
   });
 
   it("skips a tick for a cluster it reconciles nothing on", async () => {
-    expect(await fn.spec.keys({ type: "tick", cluster: "spoke1" }, io)).toEqual({ skip: expect.stringContaining("spoke1") });
+    const keys = await fn.spec.keys({ type: "tick", cluster: "spoke1" }, io);
+    expect(keys).toEqual({ skip: expect.stringContaining("spoke1") });
+    expect(skipClass(keys as Skip)).toBe("no-roots");
   });
 
   it("refuses a name that is not a DNS label", () => {

@@ -1,6 +1,7 @@
 // my-function end to end: a real kube-apiserver per cluster (the source and each target), the function
 // run as `ocmf run function` runs it (its server and a relay built from its watches), under identities
 // that have only the rights of rbac-source.yaml and rbac-target.yaml. Change the cases to your behaviour.
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startClusters, type LocalClusters } from "../../dev/control-plane/clusters.ts";
@@ -11,9 +12,10 @@ import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { eventually } from "../../test/support/eventually.ts";
 import fn, { ConfigSchema, CopyLabel } from "./function.ts";
 
-const config = ConfigSchema.parse({}); // the defaults, which func.yaml sets too
+// the defaults, which func.yaml sets too, and a copy seal key of the test's own (func.yaml's comes from a Secret)
+const config = ConfigSchema.parse({ copySealKey: randomBytes(32).toString("base64") });
 const { source, targets } = config;
-// Errors only (an RBAC defect names the missing permission); drop `log` to see every decision.
+// Errors only (a permission missing is named with its verb and resource); drop `log` to see every decision.
 const log = { info() {}, warn() {}, error: (fields: object, msg: string) => console.error(msg, fields) };
 
 let planes: LocalClusters;
@@ -96,7 +98,9 @@ describe("my-function", { timeout: 60_000 }, () => {
 
 describe("the definition", () => {
   it("reads its settings from the environment, and refuses a bad one", () => {
-    expect(fn.configFromEnv({ SOURCE: "hub", TARGETS: "east, west" })).toEqual({ source: "hub", targets: ["east", "west"] });
-    expect(() => fn.configFromEnv({ SOURCE: "east", TARGETS: "east,west" })).toThrow(/source cannot be one of the targets/);
+    const key = randomBytes(32).toString("base64");
+    expect(fn.configFromEnv({ SOURCE: "hub", TARGETS: "east, west", COPY_SEAL_KEY: key })).toEqual({ source: "hub", targets: ["east", "west"], copySealKey: key });
+    expect(() => fn.configFromEnv({ SOURCE: "east", TARGETS: "east,west", COPY_SEAL_KEY: key })).toThrow(/source cannot be one of the targets/);
+    expect(() => fn.configFromEnv({ COPY_SEAL_KEY: "too short" })).toThrow(/the copy seal key is not base64/);
   });
 });

@@ -10,7 +10,7 @@
 import { isDeepStrictEqual } from "node:util";
 import { z } from "zod";
 import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
-import { collectOrphanedCopy, ownedBy, ownerOf } from "../../shared/cross-cluster-owner.ts";
+import { CopySeal, CopySealKeySchema, collectOrphanedCopy, createSealedCopy, ownedBy, sealedMarks, sealedOwnerOf, type ObjectKey } from "../../shared/cross-cluster-owner.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
@@ -28,6 +28,9 @@ export const ConfigSchema = z
   .object({
     source: z.string().min(1).default("hub"), // SOURCE
     targets: clusterList.default(["cluster1", "cluster2"]), // TARGETS: comma-separated
+    // COPY_SEAL_KEY: base64 of at least 32 random bytes (func.yaml reads it from a Secret). The function
+    // seals the copies it creates with it, and updates or deletes only sealed ones.
+    copySealKey: CopySealKeySchema,
   })
   .refine((c) => !c.targets.includes(c.source), "the source cannot be one of the targets");
 export type Config = z.infer<typeof ConfigSchema>;
@@ -59,10 +62,11 @@ function copyAndSource(event: ObjectEvent, io: Io<Config>): Key[] {
 // A key on a target is a copy: collected when its source is gone. A key on the source: every target
 // gets a copy while the source exists and is labelled, and loses it otherwise.
 async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
-  if (key.cluster !== io.config.source) return collectOrphanedCopy(io, { ...key, resource: ConfigMapResource });
+  const seal = CopySeal.fromBase64(io.config.copySealKey);
+  if (key.cluster !== io.config.source) return collectOrphanedCopy(io, { ...key, resource: ConfigMapResource }, seal);
   const source = await io.cluster(key.cluster).get<ConfigMap>(ConfigMapResource, key.name, key.namespace);
   const wanted = source && !source.metadata.deletionTimestamp && labelsOf(source)[CopyLabel] === "true" ? source : undefined;
-  const results = await Promise.allSettled(io.config.targets.map((target) => (wanted ? keepCopy(io, target, wanted) : dropCopy(io, target, key))));
+  const results = await Promise.allSettled(io.config.targets.map((target) => (wanted ? keepCopy(io, seal, target, wanted) : dropCopy(io, seal, target, key))));
   // Every target was tried; the first failure is thrown. The harness answers 503 for a conflict or an
   // unreachable cluster, so the event is delivered again, and 500 for anything else.
   const failed = results.find((r) => r.status === "rejected");
@@ -70,13 +74,15 @@ async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   return done;
 }
 
-async function keepCopy(io: Io<Config>, target: string, source: ConfigMap): Promise<void> {
+async function keepCopy(io: Io<Config>, seal: CopySeal, target: string, source: ConfigMap): Promise<void> {
   const client = io.cluster(target);
   const { namespace, name } = source.metadata;
   const at = { target, configMap: `${namespace}/${name}` };
+  const place: ObjectKey = { cluster: target, resource: ConfigMapResource, namespace, name: name! };
   const copy = await client.get<ConfigMap>(ConfigMapResource, name!, namespace);
-  if (copy && !isCopyOf(copy, target, io.config.source)) return io.log.warn(at, "skipped: the target has a ConfigMap of this name that is not a copy");
-  const marks = ownedBy(source, io.config.source); // cross-cluster owner marks: docs/cross-cluster-ownership.md
+  if (copy && !isCopyOf(seal, copy, place, io.config.source)) return io.log.warn(at, "skipped: the target has a ConfigMap of this name that is not this function's copy");
+  // cross-cluster owner marks, sealed once the copy exists: docs/cross-cluster-ownership.md
+  const marks = copy ? sealedMarks(seal, source, io.config.source, place, copy.metadata.uid!) : ownedBy(source, io.config.source);
   const labels = { ...marks.labels, [CopyLabel]: "copy" };
   const same = copy && isDeepStrictEqual([copy.data, copy.binaryData], [source.data, source.binaryData]) && includes(labelsOf(copy), labels) && includes(annotationsOf(copy), marks.annotations);
   if (same) return;
@@ -87,22 +93,23 @@ async function keepCopy(io: Io<Config>, target: string, source: ConfigMap): Prom
     io.log.info(at, "copy updated");
   } else {
     await ensureNamespace(client, namespace!);
-    await client.create(ConfigMapResource, { metadata, data: source.data, binaryData: source.binaryData });
+    await createSealedCopy(io, seal, place, { metadata, data: source.data, binaryData: source.binaryData });
     io.log.info(at, "copy created");
   }
 }
 
-async function dropCopy(io: Io<Config>, target: string, key: Key): Promise<void> {
+async function dropCopy(io: Io<Config>, seal: CopySeal, target: string, key: Key): Promise<void> {
   const client = io.cluster(target);
   const copy = await client.get<ConfigMap>(ConfigMapResource, key.name, key.namespace);
-  if (!copy || !isCopyOf(copy, target, io.config.source)) return;
+  if (!copy || !isCopyOf(seal, copy, { cluster: target, resource: ConfigMapResource, namespace: key.namespace, name: key.name }, io.config.source)) return;
   await client.delete(ConfigMapResource, key.name, key.namespace, { uid: copy.metadata.uid });
   io.log.info({ target, configMap: `${key.namespace}/${key.name}` }, "copy deleted: its source is gone or no longer labelled");
 }
 
-// A copy names its owner in its marks; an object with none, or naming something else, is not ours.
-function isCopyOf(copy: ConfigMap, target: string, source: string): boolean {
-  const owner = ownerOf(copy, target);
+// A copy this function made carries its seal over the copy and the owner its marks name; an object
+// without marks, with marks anyone else wrote, or naming something else, is not ours.
+function isCopyOf(seal: CopySeal, copy: ConfigMap, place: ObjectKey, source: string): boolean {
+  const owner = sealedOwnerOf(seal, copy, place);
   return owner?.cluster === source && owner.kind === "ConfigMap" && owner.namespace === copy.metadata.namespace && owner.name === copy.metadata.name;
 }
 

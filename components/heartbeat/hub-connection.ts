@@ -9,6 +9,7 @@ import { SecretResource } from "../../shared/api/kube.ts";
 import { HubSecretKey } from "../../shared/api/registration.ts";
 import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../shared/hub-credentials.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
+import type { ReflectorLog } from "../../shared/kube/reflector.ts";
 import { watchedObject, type Watched } from "./watched.ts";
 
 // judgeHubSecret's reason for a certificate past its notAfter: the one state a restart into
@@ -27,8 +28,9 @@ export type HubConnections = {
   close(): void;
 };
 
-export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubConnections {
-  const hubSecret = watchedObject<Secret>(spoke, SecretResource, secrets.hubSecret, secrets.agentNamespace);
+// log: where the watches say their failures, once each.
+export function hubConnections(spoke: KubeClient, secrets: AgentSecrets, log: ReflectorLog): HubConnections {
+  const hubSecret = watchedObject<Secret>(spoke, SecretResource, secrets.hubSecret, secrets.agentNamespace, log);
   let cached: { version: string; proxyURL?: string; state: ConnectionState } | undefined;
   const closeCached = () => {
     if (!cached?.state.ok) return;
@@ -44,7 +46,7 @@ export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubCon
       if (!cached || cached.version !== version || cached.proxyURL !== proxyURL) {
         const bootstrap = await spoke.get<Secret>(SecretResource, secrets.bootstrapSecret, secrets.agentNamespace);
         closeCached();
-        cached = { version, proxyURL, state: judgeSecrets({ bootstrapSecret: bootstrap, hubSecret: hub, clusterName: secrets.clusterName, now, proxyURL }) };
+        cached = { version, proxyURL, state: judgeSecrets({ bootstrapSecret: bootstrap, hubSecret: hub, clusterName: secrets.clusterName, now, proxyURL, log }) };
       }
       return expiredBy(cached.state, now);
     },
@@ -56,7 +58,7 @@ export function hubConnections(spoke: KubeClient, secrets: AgentSecrets): HubCon
   };
 }
 
-function judgeSecrets(o: { bootstrapSecret?: Secret; hubSecret?: Secret; clusterName: string; now: Date; proxyURL?: string }): ConnectionState {
+function judgeSecrets(o: { bootstrapSecret?: Secret; hubSecret?: Secret; clusterName: string; now: Date; proxyURL?: string; log: ReflectorLog }): ConnectionState {
   const { bootstrapSecret, hubSecret, clusterName, now } = o;
   const fail = (reason: string, expired = false): ConnectionState => ({ ok: false, reason, certificateExpired: expired });
   const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
@@ -68,7 +70,7 @@ function judgeSecrets(o: { bootstrapSecret?: Secret; hubSecret?: Secret; cluster
     // bootstrap one): the settings' proxy goes only into the client built from it.
     const hub = clientWithSecretFiles(withProxyURL(secretText(hubSecret, HubSecretKey.Kubeconfig)!, o.proxyURL), hubSecret!);
     const proxyURL = hub.cluster.proxyUrl ?? "";
-    const cluster = watchedObject<ManagedCluster>(hub, ManagedClusterResource, clusterName);
+    const cluster = watchedObject<ManagedCluster>(hub, ManagedClusterResource, clusterName, undefined, o.log);
     return { ok: true, connection: { hub, cluster, identity: judged.cert.commonName, notAfter: judged.cert.notAfter, proxyURL } };
   } catch (err) {
     return fail(`unusable agent secrets: ${err instanceof Error ? err.message : String(err)}`);

@@ -6,7 +6,7 @@
 // RBAC) the watch falls back to one GET each period.
 import { LogLevels, type AgentSettings, type LogLevel } from "../../shared/api/agent-config.ts";
 import { ConfigMapResource } from "../../shared/api/kube.ts";
-import { CheckpointConfigMapName, CheckpointKey, InstallTimeHash, mergeSettings, parseCheckpoint } from "../../shared/agent-config.ts";
+import { CheckpointConfigMapName, CheckpointKey, InstallTimeHash, mergeSettings, readActiveKey } from "../../shared/agent-config.ts";
 import type { Log } from "../../shared/harness.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { watchedObject } from "./watched.ts";
@@ -32,7 +32,7 @@ type ConfigMap = KubeObject & { data?: Record<string, string> };
 // settings until a first read), and says so once, not every period.
 export function settingsReader(o: { spoke: KubeClient; namespace: string; installTime?: AgentSettings; log: Log }): SettingsReader {
   const installTime = o.installTime ?? InstallTimeSettings;
-  const checkpoint = watchedObject<ConfigMap>(o.spoke, ConfigMapResource, CheckpointConfigMapName, o.namespace);
+  const checkpoint = watchedObject<ConfigMap>(o.spoke, ConfigMapResource, CheckpointConfigMapName, o.namespace, o.log);
   let current = sidecarSettings(InstallTimeHash, installTime);
   let parsedText: string | undefined | null = null; // the active key last parsed; null: none yet
   let failing = false;
@@ -43,8 +43,11 @@ export function settingsReader(o: { spoke: KubeClient; namespace: string; instal
         // Parsed again only when it changed: a steady period does no parsing either.
         const text = cm?.data?.[CheckpointKey.Active];
         if (text !== parsedText) {
-          // As readActiveSettings: the active key alone, the install-time config when it is absent or unreadable.
-          const active = parseCheckpoint(text === undefined ? {} : { [CheckpointKey.Active]: text }).active;
+          // As readActiveSettings: the active key alone, the install-time config when it is absent or
+          // unreadable, which is said, since only an agent-config function older than this sidecar (or
+          // a hand edit) writes settings this sidecar's schema refuses.
+          const { active, error } = readActiveKey(text);
+          if (error) o.log.warn({ error, using: active.hash }, "active agent settings unreadable: running the install-time settings");
           current = sidecarSettings(active.hash, mergeSettings(installTime, active.settings));
           parsedText = text;
         }

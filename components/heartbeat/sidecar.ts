@@ -12,6 +12,7 @@ import type { Log } from "../../shared/harness.ts";
 import type { AgentSecrets } from "../../shared/hub-credentials.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
+import { metrics } from "../../shared/metrics.ts";
 import { RebootstrapRequiredMessage, serveHealth, type Health, type HealthEndpoint } from "./health.ts";
 import { healthRecorder } from "./health-record.ts";
 import { hubConnections, type ConnectionState } from "./hub-connection.ts";
@@ -32,6 +33,9 @@ export type HeartbeatOptions = {
 };
 
 // What one period did. "unreachable" is the only outcome retried before the period is over.
+// Each beat by what came of it (docs/metrics.md); the hub calls are counted by the Kubernetes client.
+const beats = metrics.counter("ocmf_heartbeat_beats_total", "Heartbeats by cluster and result (renewed, skipped, unreachable)", ["cluster", "result"]);
+
 export type Beat =
   | { kind: "renewed"; renewTime: string }
   | { kind: "skipped"; reason: string }
@@ -66,10 +70,10 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
   const wait = o.wait ?? realWait;
   const random = o.random ?? Math.random;
   const cluster = o.secrets.clusterName;
-  const connections = hubConnections(o.spoke, o.secrets);
   const installTime = o.installTime ?? InstallTimeSettings;
   const s: HeartbeatStatus = { running: true, beats: 0, renewals: 0, failuresInARow: 0, leaseDurationMs: leaseDurationMs(undefined), settings: sidecarSettings(InstallTimeHash, installTime) };
   const log = levelledLog(o.log, () => s.settings.logLevel);
+  const connections = hubConnections(o.spoke, o.secrets, log);
   const settings = settingsReader({ spoke: o.spoke, namespace: o.secrets.agentNamespace, installTime, log });
   const healthRecord = healthRecorder({ spoke: o.spoke, namespace: o.secrets.agentNamespace, log });
   const endpoint: HealthEndpoint | undefined = o.health ? await serveHealth(o.health, health) : undefined;
@@ -133,6 +137,7 @@ export async function startHeartbeat(o: HeartbeatOptions): Promise<Heartbeat> {
   function record(b: Beat): number {
     const before = s.last;
     s.beats++;
+    beats.inc([cluster, b.kind]);
     s.last = b;
     s.identity = connection?.ok ? connection.connection.identity : undefined;
     if (b.kind === "renewed") {

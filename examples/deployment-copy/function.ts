@@ -5,7 +5,9 @@
 //   copied to every target cluster (the clusters this function has credentials for, TARGETS) whose
 //   ManagedCluster on the source matches the selector. A target that stops matching loses its copy.
 // - Each copy carries the cross-cluster owner marks (shared/cross-cluster-owner.ts), so a change to a
-//   copy, or its deletion, wakes the source; a deleted copy is made again.
+//   copy, or its deletion, wakes the source; a deleted copy is made again. The function seals each copy
+//   it creates with its key (COPY_SEAL_KEY), and updates, deletes or collects only sealed copies: a
+//   Deployment that someone else marked is left alone.
 // - Each copy's rollout is summarised on the source, in the annotation `examples.ocm-functions.io/copies`:
 //   {"<cluster>": "<ready>/<replicas>" | "unreachable"}.
 // - Deleting the source deletes its copies first (the owner finalizer waits for every target, an
@@ -17,7 +19,7 @@ import { ManagedClusterResource } from "../../shared/api/cluster.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
-import { OwnedLabel, UNREACHABLE_RECHECK_MS, collectOrphanedCopy, ensureCopiesFinalizer, finalizeOwner, ownedBy, ownerOf, type ObjectKey } from "../../shared/cross-cluster-owner.ts";
+import { CopySeal, CopySealKeySchema, OwnedLabel, UNREACHABLE_RECHECK_MS, collectOrphanedCopy, createSealedCopy, ensureCopiesFinalizer, finalizeOwner, ownedBy, ownerOf, sealedMarks, sealedOwnerOf, type ObjectKey } from "../../shared/cross-cluster-owner.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 
 export const CopyToAnnotation = "examples.ocm-functions.io/copy-to";
@@ -27,6 +29,7 @@ const clusterList = z.preprocess((v) => (typeof v === "string" ? v.split(",").ma
 export const ConfigSchema = z.object({
   source: z.string().min(1).default("hub"), // SOURCE
   targets: clusterList, // TARGETS: comma-separated cluster names
+  copySealKey: CopySealKeySchema, // COPY_SEAL_KEY: base64 of at least 32 random bytes, from a Secret
 });
 export type Config = z.infer<typeof ConfigSchema>;
 
@@ -61,11 +64,12 @@ async function map(event: { cluster: string; ref: { kind: string; namespace?: st
 
 async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
-  if (key.cluster !== c.source) return collectOrphanedCopy(io, { cluster: key.cluster, resource: DeploymentResource, namespace: key.namespace, name: key.name });
+  const seal = CopySeal.fromBase64(c.copySealKey);
+  if (key.cluster !== c.source) return collectOrphanedCopy(io, { cluster: key.cluster, resource: DeploymentResource, namespace: key.namespace, name: key.name }, seal);
   const owner: ObjectKey = { cluster: c.source, resource: DeploymentResource, namespace: key.namespace, name: key.name };
   const source = await io.cluster(c.source).get<Deployment>(DeploymentResource, key.name, key.namespace);
   if (!source) return done; // its copies are collected one by one, each woken by its own events
-  if (source.metadata.deletionTimestamp) return finalizeOwner(io, owner, { resource: DeploymentResource, clusters: c.targets, namespace: key.namespace });
+  if (source.metadata.deletionTimestamp) return finalizeOwner(io, owner, { resource: DeploymentResource, clusters: c.targets, namespace: key.namespace }, seal);
   const selector = annotationsOf(source)[CopyToAnnotation];
   const chosen = new Set(selector === undefined ? [] : (await io.cluster(c.source).list(ManagedClusterResource, { labelSelector: selector })).items.map((m) => m.metadata.name!));
   const withFinalizer = chosen.size > 0 ? ((await ensureCopiesFinalizer(io, owner)) as Deployment | undefined) : source;
@@ -74,7 +78,7 @@ async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const summary: Record<string, string> = {};
   for (const target of c.targets) {
     try {
-      const copy = chosen.has(target) ? await keepCopy(io, target, withFinalizer) : await dropCopy(io, target, withFinalizer);
+      const copy = chosen.has(target) ? await keepCopy(io, seal, target, withFinalizer) : await dropCopy(io, seal, target, withFinalizer);
       if (copy) summary[target] = `${copy.status?.readyReplicas ?? 0}/${copy.status?.replicas ?? 0}`;
     } catch (err) {
       if (classifyError(err) !== "transient") throw err;
@@ -86,34 +90,39 @@ async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   return Object.values(summary).includes("unreachable") ? { recheckInMs: UNREACHABLE_RECHECK_MS } : done;
 }
 
-// The copy as the source has it: its spec and labels, plus the owner marks. Written only when it differs.
-async function keepCopy(io: Io<Config>, target: string, source: Deployment): Promise<Deployment> {
+// The copy as the source has it: its spec and labels, plus the sealed owner marks. Written only when it differs.
+async function keepCopy(io: Io<Config>, seal: CopySeal, target: string, source: Deployment): Promise<Deployment> {
   const client = io.cluster(target);
   const { namespace, name } = source.metadata;
-  const marks = ownedBy(source, io.config.source);
+  const at: ObjectKey = { cluster: target, resource: DeploymentResource, namespace, name: name! };
   const present = await client.get<Deployment>(DeploymentResource, name!, namespace);
-  const labels = { ...(source.metadata.labels as Record<string, string> | undefined), ...marks.labels };
-  const annotations = { ...marks.annotations };
   if (!present) {
+    const marks = ownedBy(source, io.config.source);
+    const labels = { ...(source.metadata.labels as Record<string, string> | undefined), ...marks.labels };
     if (!(await client.get(NamespaceResource, namespace!))) await client.create(NamespaceResource, { metadata: { name: namespace } }).catch((err) => (classifyError(err) === "already-exists" ? undefined : Promise.reject(err)));
-    const created = await client.create<Deployment>(DeploymentResource, { metadata: { name, namespace, labels, annotations }, spec: source.spec });
+    const created = await createSealedCopy<Deployment>(io, seal, at, { metadata: { name, namespace, labels, annotations: marks.annotations }, spec: source.spec });
     io.log.info({ target, deployment: `${namespace}/${name}` }, "copy created");
     return created;
   }
-  const owner = ownerOf(present, target);
-  if (!owner) throw new Error(`${target} has a Deployment ${namespace}/${name} that is not a copy: left alone`);
-  const same = isDeepStrictEqual(present.spec, source.spec) && owner.uid === source.metadata.uid && Object.entries(labels).every(([k, v]) => (present.metadata.labels as Record<string, string> | undefined)?.[k] === v);
+  // only a copy this function made (its seal) is updated; marks anyone else wrote make nothing ours
+  const owner = sealedOwnerOf(seal, present, at);
+  if (!owner) throw new Error(`${target} has a Deployment ${namespace}/${name} that is not this function's copy: left alone`);
+  const marks = sealedMarks(seal, source, io.config.source, at, present.metadata.uid!);
+  const labels = { ...(source.metadata.labels as Record<string, string> | undefined), ...marks.labels };
+  const annotations = { ...marks.annotations };
+  const same = isDeepStrictEqual(present.spec, source.spec) && owner.uid === source.metadata.uid && Object.entries(labels).every(([k, v]) => (present.metadata.labels as Record<string, string> | undefined)?.[k] === v) && Object.entries(annotations).every(([k, v]) => annotationsOf(present)[k] === v);
   if (same) return present;
   const updated = await client.update<Deployment>(DeploymentResource, { ...present, metadata: { ...present.metadata, labels, annotations: { ...annotationsOf(present), ...annotations } }, spec: source.spec });
   io.log.info({ target, deployment: `${namespace}/${name}` }, "copy updated");
   return updated;
 }
 
-// A target no longer chosen: its copy of this source goes; anything else there stays.
-async function dropCopy(io: Io<Config>, target: string, source: Deployment): Promise<undefined> {
+// A target no longer chosen: its copy of this source goes; anything else there stays, marked or not.
+async function dropCopy(io: Io<Config>, seal: CopySeal, target: string, source: Deployment): Promise<undefined> {
   const client = io.cluster(target);
   const present = await client.get<Deployment>(DeploymentResource, source.metadata.name!, source.metadata.namespace);
-  if (present && ownerOf(present, target)?.uid === source.metadata.uid) {
+  const at: ObjectKey = { cluster: target, resource: DeploymentResource, namespace: source.metadata.namespace, name: source.metadata.name! };
+  if (present && sealedOwnerOf(seal, present, at)?.uid === source.metadata.uid) {
     await client.delete(DeploymentResource, present.metadata.name!, present.metadata.namespace, { uid: present.metadata.uid });
     io.log.info({ target, deployment: `${source.metadata.namespace}/${source.metadata.name}` }, "copy deleted: the target is no longer selected");
   }

@@ -10,7 +10,9 @@
 // - The works are in other namespaces than the ConfigMap, where an ownerReference cannot reach, so they
 //   carry the cross-cluster owner marks (shared/cross-cluster-owner.ts). Deleting the ConfigMap deletes
 //   its works first (the owner finalizer waits until the work agents have removed them); a work deleted
-//   by hand is made again.
+//   by hand is made again. The function seals each work it creates with its key (COPY_SEAL_KEY) and
+//   updates, deletes or collects only sealed works: a work someone else marked (a cluster's agent may
+//   update the works in its namespace) is never deleted.
 // - Each work's state, from its Applied and Available conditions, is summarised on the ConfigMap in the
 //   annotation `examples.ocm-functions.io/placed`: {"<cluster>": "Available" | "Applied" | "Failed" | "Pending" | "Conflict"}.
 import { createHash } from "node:crypto";
@@ -23,7 +25,7 @@ import { removeFinalizer } from "../../shared/apply.ts";
 import { findCondition, isTrue } from "../../shared/conditions.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
-import { CopiesFinalizer, collectOrphanedCopy, ensureCopiesFinalizer, finalizeOwner, ownedBy, ownerOf, type ObjectKey } from "../../shared/cross-cluster-owner.ts";
+import { CopiesFinalizer, CopySeal, CopySealKeySchema, collectOrphanedCopy, createSealedCopy, ensureCopiesFinalizer, finalizeOwner, ownedBy, ownerOf, sealedMarks, sealedOwnerOf, type ObjectKey } from "../../shared/cross-cluster-owner.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 
 export const PlacementLabel = "examples.ocm-functions.io/placement";
@@ -34,6 +36,7 @@ export const SourceLabel = "examples.ocm-functions.io/placement-configmap";
 
 export const ConfigSchema = z.object({
   hub: z.string().min(1).default("hub"), // HUB: the hub's name in events
+  copySealKey: CopySealKeySchema, // COPY_SEAL_KEY: base64 of at least 32 random bytes, from a Secret
 });
 export type Config = z.infer<typeof ConfigSchema>;
 
@@ -85,10 +88,11 @@ async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(io.config.hub);
   const namespace = key.namespace!;
   const ownerKey: ObjectKey = { cluster: io.config.hub, resource: ConfigMapResource, namespace, name: key.name };
+  const seal = CopySeal.fromBase64(io.config.copySealKey);
   const source = await hub.get<ConfigMap>(ConfigMapResource, key.name, namespace);
   // Gone without our finalizer's say (it was taken off by hand): its works are orphans now.
-  if (!source) return collectWorks(io, namespace, key.name);
-  if (source.metadata.deletionTimestamp) return finalizeOwner(io, ownerKey, { resource: ManifestWorkResource, clusters: [io.config.hub] });
+  if (!source) return collectWorks(io, seal, namespace, key.name);
+  if (source.metadata.deletionTimestamp) return finalizeOwner(io, ownerKey, { resource: ManifestWorkResource, clusters: [io.config.hub] }, seal);
 
   const placement = labelsOf(source)[PlacementLabel];
   const chosen = placement ? await decidedClusters(io, namespace, placement) : new Set<string>();
@@ -96,9 +100,9 @@ async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   if (!owner) return done;
 
   const summary: Summary = {};
-  for (const cluster of [...chosen].sort()) summary[cluster] = await keepWork(io, cluster, owner);
+  for (const cluster of [...chosen].sort()) summary[cluster] = await keepWork(io, seal, cluster, owner);
   for (const work of await worksOf(io, namespace, key.name)) {
-    if (!chosen.has(work.metadata.namespace!)) await dropWork(io, work, owner);
+    if (!chosen.has(work.metadata.namespace!)) await dropWork(io, seal, work, owner);
   }
   if (!placement) return release(io, owner);
   await writeSummary(io, owner, summary);
@@ -126,23 +130,26 @@ function workSpec(source: ConfigMap): ManifestWorkSpec {
 
 // Creates the cluster's work, or brings it in line with the source (content and owner marks), and
 // says how far the cluster has got with it.
-async function keepWork(io: Io<Config>, cluster: string, source: ConfigMap): Promise<Summary[string]> {
+async function keepWork(io: Io<Config>, seal: CopySeal, cluster: string, source: ConfigMap): Promise<Summary[string]> {
   const hub = io.cluster(io.config.hub);
   const { namespace, name } = source.metadata as { namespace: string; name: string };
-  const marks = ownedBy(source, io.config.hub);
-  const labels = { ...marks.labels, [SourceLabel]: sourceHash(namespace, name) };
+  const at: ObjectKey = { cluster: io.config.hub, resource: ManifestWorkResource, namespace: cluster, name: workName(namespace, name) };
   const spec = workSpec(source);
-  const present = await hub.get<Work>(ManifestWorkResource, workName(namespace, name), cluster);
+  const present = await hub.get<Work>(ManifestWorkResource, at.name, cluster);
   if (!present) {
-    const created = await hub.create<Work>(ManifestWorkResource, { metadata: { name: workName(namespace, name), namespace: cluster, labels, annotations: marks.annotations }, spec });
+    const marks = ownedBy(source, io.config.hub);
+    const labels = { ...marks.labels, [SourceLabel]: sourceHash(namespace, name) };
+    const created = await createSealedCopy<Work>(io, seal, at, { metadata: { name: at.name, namespace: cluster, labels, annotations: marks.annotations }, spec });
     io.log.info({ cluster, work: created.metadata.name }, "work created");
     return stateOf(created);
   }
-  if (!isOurs(present, source, io.config.hub)) {
+  if (!isOurs(seal, present, source, io.config.hub)) {
     io.log.warn({ cluster, work: present.metadata.name }, "a work of that name is not this ConfigMap's: left alone");
     return "Conflict";
   }
   if (present.metadata.deletionTimestamp) return "Pending"; // deleted by hand: made again once it is gone
+  const marks = sealedMarks(seal, source, io.config.hub, at, present.metadata.uid!);
+  const labels = { ...marks.labels, [SourceLabel]: sourceHash(namespace, name) };
   const has = (have: Record<string, string>, want: Record<string, string>) => Object.entries(want).every(([k, v]) => have[k] === v);
   const same = isDeepStrictEqual(present.spec?.workload, spec.workload) && isDeepStrictEqual(present.spec?.deleteOption, spec.deleteOption) && has(labelsOf(present), labels) && has(annotationsOf(present), marks.annotations);
   if (same) return stateOf(present);
@@ -155,10 +162,11 @@ async function keepWork(io: Io<Config>, cluster: string, source: ConfigMap): Pro
   return stateOf(updated);
 }
 
-// A work this ConfigMap (by namespace and name, any incarnation) owns; anything else is left alone.
-function isOurs(work: Work, source: ConfigMap, hub: string): boolean {
+// A work this function sealed for this ConfigMap (by namespace and name, any incarnation); anything
+// else, marked or not, is left alone.
+function isOurs(seal: CopySeal, work: Work, source: ConfigMap, hub: string): boolean {
   try {
-    const owner = ownerOf(work, hub);
+    const owner = sealedOwnerOf(seal, work, { cluster: hub, resource: ManifestWorkResource, namespace: work.metadata.namespace, name: work.metadata.name! });
     return owner?.cluster === hub && owner.kind === ConfigMapResource.kind && owner.namespace === source.metadata.namespace && owner.name === source.metadata.name;
   } catch {
     return false;
@@ -166,8 +174,8 @@ function isOurs(work: Work, source: ConfigMap, hub: string): boolean {
 }
 
 // A cluster no longer chosen: its work goes, and the work agent removes the ConfigMap from the spoke.
-async function dropWork(io: Io<Config>, work: Work, source: ConfigMap): Promise<void> {
-  if (work.metadata.deletionTimestamp || !isOurs(work, source, io.config.hub)) return;
+async function dropWork(io: Io<Config>, seal: CopySeal, work: Work, source: ConfigMap): Promise<void> {
+  if (work.metadata.deletionTimestamp || !isOurs(seal, work, source, io.config.hub)) return;
   await io.cluster(io.config.hub).delete(ManifestWorkResource, work.metadata.name!, work.metadata.namespace, { uid: work.metadata.uid });
   io.log.info({ cluster: work.metadata.namespace, work: work.metadata.name }, "work deleted: the cluster is no longer chosen");
 }
@@ -183,11 +191,11 @@ async function release(io: Io<Config>, source: ConfigMap): Promise<Outcome> {
 }
 
 // Works whose ConfigMap is gone: each is deleted once its owner is confirmed gone (or replaced).
-async function collectWorks(io: Io<Config>, namespace: string, name: string): Promise<Outcome> {
+async function collectWorks(io: Io<Config>, seal: CopySeal, namespace: string, name: string): Promise<Outcome> {
   let outcome = done;
   for (const w of await worksOf(io, namespace, name)) {
     if (w.metadata.deletionTimestamp) continue;
-    const o = await collectOrphanedCopy(io, { cluster: io.config.hub, resource: ManifestWorkResource, namespace: w.metadata.namespace, name: w.metadata.name! });
+    const o = await collectOrphanedCopy(io, { cluster: io.config.hub, resource: ManifestWorkResource, namespace: w.metadata.namespace, name: w.metadata.name! }, seal);
     if ("recheckInMs" in o) outcome = o;
   }
   return outcome;

@@ -21,6 +21,7 @@ import {
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
 import { placementClusters, type PlacementRef } from "../../shared/placement-decisions.ts";
+import { fieldSelectorOf } from "../../shared/selector-query.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
 export const ConfigSchema = HubClusterSchema;
@@ -73,10 +74,11 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
     return done;
   }
   const selected = await selectedClusters(hub, cma.spec.installStrategy?.placements ?? []);
-  const { items } = await hub.list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { fieldSelector: `metadata.name=${cma.metadata.name}` });
+  const { items } = await hub.list<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, { fieldSelector: fieldSelectorOf({ "metadata.name": cma.metadata.name }) });
   const plan = planInstall(selected, items);
 
-  // OCM tries every cluster and reports the errors together; the retry redoes what failed.
+  // OCM tries every cluster and reports the errors together; the retry redoes what failed. Several are
+  // thrown as one AggregateError, whose every member the runtime decides and logs.
   const errors: unknown[] = [];
   for (const cluster of plan.add) {
     try {
@@ -94,7 +96,8 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       errors.push(err);
     }
   }
-  if (errors.length) throw errors[0];
+  if (errors.length === 1) throw errors[0];
+  if (errors.length) throw new AggregateError(errors, `${errors.length} clusters failed for add-on ${key.name}`);
   return done;
 }
 

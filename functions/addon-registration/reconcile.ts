@@ -36,6 +36,7 @@ import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub, clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
+import { labelsQuery } from "../../shared/selector-query.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
 import { additionalData, credentialsOf, judgeSecret, type Credential } from "./registrations.ts";
 
@@ -56,7 +57,8 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
 
 type Addon = ManagedClusterAddOnV1alpha1;
 // Every secret this function writes carries both labels: that is how it finds them again to remove.
-const ownedSelector = (cluster: string, addon?: string) => `${ClusterLabel.ClusterName}=${cluster},${addon ? `${AddOnLabel.AddonName}=${addon}` : AddOnLabel.AddonName}`;
+const ownedSelector = (cluster: string, addon?: string) =>
+  addon ? labelsQuery({ [ClusterLabel.ClusterName]: cluster, [AddOnLabel.AddonName]: addon }) : labelsQuery({ [ClusterLabel.ClusterName]: cluster }, { present: [AddOnLabel.AddonName] });
 const ownedLabels = (cluster: string, addon: string) => ({ [ClusterLabel.ClusterName]: cluster, [AddOnLabel.AddonName]: addon });
 // The names a secret of ours can have; other secret events are not looked at.
 const CANDIDATE_SECRET = /-(hub-kubeconfig|client-cert|pending-csr)$/;

@@ -89,6 +89,14 @@ function jsonVariable(env: NodeJS.ProcessEnv, variable: string): unknown {
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 type AgentConfigObject = AgentConfig & KubeObject;
+
+// Ours, not OCM's: OCM's own hub serves no config.ocm-functions.io and grants a cluster nothing in it
+// (issue 24). That is a state of the hub, reported once as the condition below, not a defect per event.
+export const ConfigNotServedReason = "ConfigNotServed";
+export const configNotServedMessage = `the hub does not serve AgentConfigs (${AgentConfigResource.group}/${AgentConfigResource.version}): using the install-time settings`;
+// What the read of the cluster's AgentConfig found: the hub serving none at all is told apart from
+// none assigned.
+const NotServed = Symbol("not served");
 type ManagedClusterObject = ManagedCluster & KubeObject;
 
 // One key per agent: its cluster. The cluster's assigned AgentConfig on the hub and the agent's
@@ -142,13 +150,10 @@ const readCheckpoint = async (spoke: KubeClient, c: Config): Promise<Checkpoint>
 
 async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClient): Promise<Outcome> {
   const c = io.config;
-  let assigned: AgentConfigObject | undefined;
+  let read: AgentConfigObject | undefined | typeof NotServed;
   let cluster: ManagedClusterObject | undefined;
   try {
-    [assigned, cluster] = await Promise.all([
-      hub.get<AgentConfigObject>(AgentConfigResource, AgentConfigName, c.clusterName),
-      hub.get<ManagedClusterObject>(ManagedClusterResource, c.clusterName),
-    ]);
+    [read, cluster] = await Promise.all([readAssigned(hub, c), hub.get<ManagedClusterObject>(ManagedClusterResource, c.clusterName)]);
   } catch (err) {
     // Not reaching the hub says nothing about the config: judge nothing, keep the checkpoint, and let
     // the source retry. Noting the outage restarts the failure clock once the hub is back, so a record
@@ -174,8 +179,11 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
   const o = { spoke, hub, checkpointMap, checkpoint: parseCheckpoint(checkpointMap?.data), health: parseHealthRecords(healthMap?.data), now };
 
   const own = o.health[HealthKey.AgentConfig];
+  const notServed = read === NotServed;
+  const assigned = read === NotServed ? undefined : read;
   const judged = judge({
     assigned,
+    notServed,
     checkpoint: o.checkpoint,
     health: o.health,
     now: o.now,
@@ -201,12 +209,43 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
     };
     await patchStatusIfChanged(o.hub, AgentConfigResource, assigned, status);
   }
+  let reported = false;
   if (cluster) {
     const conditions = setCondition(cluster.status?.conditions, judged.condition, o.now);
-    await patchStatusIfChanged(o.hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
+    reported = (await patchStatusIfChanged(o.hub, ManagedClusterResource, cluster, { ...cluster.status, conditions })) !== undefined;
   }
-  if (wrote || judged.changed) io.log.info({ reason: judged.condition.reason, assigned: judged.assignedHash, active: judged.checkpoint.active.hash, lastKnownGood: judged.checkpoint.lastKnownGood.hash }, judged.decision);
+  // Said once: the hub that serves no AgentConfigs is told when the ManagedCluster first shows it, and
+  // not again on every tick while it stays so.
+  if (notServed && reported) io.log.info({ reason: judged.condition.reason, active: judged.checkpoint.active.hash }, judged.decision);
+  else if (wrote || judged.changed) io.log.info({ reason: judged.condition.reason, assigned: judged.assignedHash, active: judged.checkpoint.active.hash, lastKnownGood: judged.checkpoint.lastKnownGood.hash }, judged.decision);
   return judged.recheckInMs === undefined ? done : { recheckInMs: judged.recheckInMs };
+}
+
+// The cluster's assigned AgentConfig. OCM's hub grants a cluster nothing in our group, so there a read
+// is refused (403) before the hub would say it has no such kind; discovery, which every authenticated
+// user may read, tells the two apart. Refused while the hub serves the group is a real RBAC defect,
+// thrown as before. The next tick looks again, so a hub that starts serving it is picked up then.
+async function readAssigned(hub: KubeClient, c: Config): Promise<AgentConfigObject | undefined | typeof NotServed> {
+  try {
+    return await hub.get<AgentConfigObject>(AgentConfigResource, AgentConfigName, c.clusterName);
+  } catch (err) {
+    if (classifyError(err) !== "forbidden") throw err;
+    if (await servesAgentConfigs(hub)) throw err;
+    return NotServed;
+  }
+}
+
+// Whether the hub's discovery lists AgentConfigs. Any answer but 200 or 404 says nothing either way
+// and is thrown.
+async function servesAgentConfigs(hub: KubeClient): Promise<boolean> {
+  const { group, version, plural } = AgentConfigResource;
+  try {
+    const list = await hub.request<{ resources?: { name?: string }[] }>("GET", `/apis/${group}/${version}`);
+    return (list.resources ?? []).some((r) => r.name === plural);
+  } catch (err) {
+    if (classifyError(err) === "not-found") return false;
+    throw err;
+  }
 }
 
 // The function's own health record: whether it reaches the hub as the cluster, and since when. A trial's
@@ -232,6 +271,7 @@ async function writeCheckpoint(spoke: KubeClient, namespace: string, existing: C
 
 export type JudgeInput = {
   assigned: AgentConfig | undefined;
+  notServed?: boolean; // the hub serves no AgentConfigs at all (then nothing is assigned either)
   checkpoint: Checkpoint;
   health: Partial<Record<HealthKey, HealthRecord>>;
   now: Date;
@@ -260,6 +300,9 @@ export function judge(i: JudgeInput): Judgement {
   const finish = (j: Omit<Judgement, "changed">): Judgement => ({ ...j, changed: !isDeepStrictEqual(j.checkpoint, i.checkpoint) });
   if (!i.assigned) {
     // As the kubelet resets to its local config when its config source is removed.
+    if (i.notServed) {
+      return finish({ checkpoint: initialCheckpoint(), condition: condition(ConfigNotServedReason, "True", configNotServedMessage), lastError: "", decision: "the hub serves no AgentConfigs: install-time settings, looking again on every resync" });
+    }
     return finish({ checkpoint: initialCheckpoint(), condition: condition(AgentConfigReason.ConfigNotAssigned, "True", AgentConfigMessage.notAssigned), lastError: "", decision: "no AgentConfig assigned: install-time settings" });
   }
   const spec = i.assigned.spec ?? {};

@@ -8,7 +8,8 @@ import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
-import { setSelector, setSelects } from "../../shared/cluster-set-members.ts";
+import { membersOfSets, setSelects } from "../../shared/cluster-set-members.ts";
+import { fieldSelectorOf, labelsQuery } from "../../shared/selector-query.ts";
 import {
   ClusterLabel,
   ManagedClusterResource,
@@ -71,14 +72,14 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const [bindings, sets, own] = await Promise.all([
     hub.list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { namespace }),
     hub.list<ManagedClusterSet>(ManagedClusterSetResource),
-    hub.list<PlacementDecision>(PlacementDecisionResource, { namespace, labelSelector: `${ClusterLabel.Placement}=${key.name}` }),
+    hub.list<PlacementDecision>(PlacementDecisionResource, { namespace, labelSelector: labelsQuery({ [ClusterLabel.Placement]: key.name }) }),
   ]);
   // A binding counts when its set exists; the placement's clusterSets, when given, narrow them.
   const setsByName = new Map(sets.items.map((s) => [s.metadata.name, s]));
   const valid = bindings.items.filter((b) => setsByName.has(b.metadata.name));
   const inSpec = placement.spec.clusterSets ?? [];
   const eligible = [...new Set(valid.map((b) => b.metadata.name))].filter((n) => inSpec.length === 0 || inSpec.includes(n)).sort();
-  const available = await membersOf(io, hub, eligible.map((n) => setsByName.get(n)!));
+  const available = await membersOfSets(hub, eligible.map((n) => setsByName.get(n)!), io.log);
   const decided = new Set(own.items.flatMap((d) => (d.status?.decisions ?? []).map((x) => x.clusterName)));
 
   const weights = prioritizerWeights(placement);
@@ -135,23 +136,6 @@ async function writeDecisions(io: Io<Config>, hub: KubeClient, wanted: readonly 
   }
 }
 
-// The clusters of the sets, none deleting, each listed with the set's own selector so the API server
-// sends only members. A set whose selector the API server would refuse selects nothing.
-async function membersOf(io: Io<Config>, hub: KubeClient, sets: readonly ManagedClusterSet[]): Promise<ManagedCluster[]> {
-  const members = new Map<string, ManagedCluster>();
-  for (const set of sets) {
-    const query = setSelector(set);
-    if ("invalid" in query) {
-      io.log.warn({ set: set.metadata.name, reason: query.invalid }, "cluster set skipped: its selector is invalid");
-      continue;
-    }
-    if (query.selects === "nothing") continue;
-    const { items } = await hub.list<ManagedCluster>(ManagedClusterResource, { labelSelector: query.labelSelector || undefined });
-    for (const c of items) if (!c.metadata.deletionTimestamp) members.set(c.metadata.name, c);
-  }
-  return [...members.values()];
-}
-
 // For Balance: how many decisions of every other placement name each cluster.
 async function decisionCountsElsewhere(hub: KubeClient, p: Placement): Promise<Map<string, number>> {
   const { items } = await hub.list<PlacementDecision>(PlacementDecisionResource);
@@ -185,7 +169,7 @@ const bindingKeys = (event: ObjectEvent, io: Io<Config>) => placementsIn(io, (p)
 async function setKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
   // cluster-sets' count written for the set's present generation: membership changes reach us as cluster events
   if (event.verb === "update" && event.object && statusOnlySetUpdate(event.object as ManagedClusterSet)) return { skip: "status update of a cluster set whose selector is unchanged" };
-  const { items } = await io.cluster(event.cluster).list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: `metadata.name=${event.ref.name}` });
+  const { items } = await io.cluster(event.cluster).list<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, { fieldSelector: fieldSelectorOf({ "metadata.name": event.ref.name }) });
   const namespaces = new Set(items.map((b) => b.metadata.namespace));
   return placementsIn(io, (p) => namespaces.has(p.metadata.namespace) && usesSet(p, event.ref.name));
 }

@@ -6,6 +6,7 @@
 import {
   ClusterLabel,
   PlacementConditionType,
+  PlacementDisableAnnotation,
   PlacementResource,
   TaintEffect,
   type ManagedCluster,
@@ -21,8 +22,9 @@ import { compileCel, type CelProgram } from "./cel.ts";
 
 export const MaxDecisionsPerObject = 100;
 const MaxScore = 100;
-// The annotation that stops OCM's scheduler from touching a Placement.
-export const SchedulingDisabledAnnotation = "cluster.open-cluster-management.io/experimental-scheduling-disable";
+// The annotation that stops OCM's scheduler from touching a Placement (shared: agent-config-rollout
+// reads it too).
+export const SchedulingDisabledAnnotation = PlacementDisableAnnotation;
 
 export const Prioritizer = {
   Balance: "Balance",

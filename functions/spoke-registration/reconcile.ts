@@ -28,6 +28,7 @@ import { clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secr
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { readCertificate } from "../../shared/pki.ts";
+import { labelsQuery } from "../../shared/selector-query.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentName: z.string().min(1).optional(),
@@ -158,7 +159,8 @@ async function ensureManagedCluster({ io, c, hub, spoke }: Registration): Promis
     }
   } catch (err) {
     const kind = classifyError(err);
-    if (kind !== "forbidden" && kind !== "unauthorized" && kind !== "already-exists") throw err;
+    // refused by RBAC or by admission (both 403 Forbidden): the bootstrap identity's limits either way
+    if (kind !== "forbidden" && kind !== "denied" && kind !== "unauthorized" && kind !== "already-exists") throw err;
     io.log.info({ error: (err as Error).message }, "cannot create or update the ManagedCluster with the bootstrap identity; going on");
   }
 }
@@ -170,7 +172,7 @@ function spokeCaBundle(spoke: KubeClient): string | undefined {
 
 async function requestCertificate(r: Registration): Promise<Outcome> {
   const { io, c, hub, spoke } = r;
-  const existing = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName},!${AddonNameLabel}` });
+  const existing = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: labelsQuery({ [ClusterLabel.ClusterName]: c.clusterName }, { absent: [AddonNameLabel] }) });
   if (existing.items.length >= MaxOutstandingCsrs) {
     io.log.warn({ count: existing.items.length }, "halted: too many CSRs for this cluster on the hub");
     await setRotatedCondition(r, { status: "False", reason: CertificateRotatedReason.UpdateFailed, message: TooManyCsrsMessage });

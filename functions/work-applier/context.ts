@@ -2,7 +2,7 @@
 import type { Io } from "../../shared/harness.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import type { AppliedManifestWork, ManifestWork } from "../../shared/api/work.ts";
-import type { Config } from "./reconcile.ts";
+import type { Config } from "./config.ts";
 
 export type Work = ManifestWork & KubeObject;
 export type Applied = AppliedManifestWork & KubeObject;

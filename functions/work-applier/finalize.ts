@@ -7,7 +7,7 @@ import { done, type Io, type Outcome } from "../../shared/harness.ts";
 import { deleteAppliedResources, type AppliedResource } from "./cleanup.ts";
 import type { Applied, Ctx, Work } from "./context.ts";
 import { appliedWorkOwner } from "./ownership.ts";
-import type { Config } from "./reconcile.ts";
+import type { Config } from "./config.ts";
 import { deletingCondition } from "./status.ts";
 
 export const PENDING_DELETION_RECHECK_MS = 1_000;

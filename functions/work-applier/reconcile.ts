@@ -4,7 +4,6 @@
 // and spoke state; the AppliedManifestWork's status is the memory of what was applied.
 import { createHash } from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
-import { z } from "zod";
 import type { ApiResource, Condition, OwnerReference } from "../../shared/api/meta.ts";
 import {
   AppliedManifestWorkResource,
@@ -21,8 +20,8 @@ import { defineFunction } from "../../shared/sdk.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
-import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
-import { refusal, DEFAULT_MANIFEST_LIMIT_BYTES } from "./admission.ts";
+import { refusal } from "./admission.ts";
+import { ConfigSchema, configFromEnv, type Config } from "./config.ts";
 import { applyManifest, apiMessage, IgnoreFieldError, ServerSideApplyConflictError } from "./apply.ts";
 import { deleteAppliedResources, sortApplied, untracked, type AppliedResource } from "./cleanup.ts";
 import { resolver, splitApiVersion, type Resolver } from "./discovery.ts";
@@ -34,27 +33,7 @@ import type { Applied, Ctx, Work } from "./context.ts";
 import { PENDING_DELETION_RECHECK_MS, finalizeApplied, finalizeWork, logDisposals, normalized, throwFirst } from "./finalize.ts";
 import { appliedRecord, ocmResourceMeta, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
 
-export const ConfigSchema = SpokeAgentSettingsSchema.extend({
-  agentID: z.string().min(1).optional(), // OCM's --agent-id; default the hub hash, as OCM's
-  manifestLimitBytes: z.number().int().positive().default(DEFAULT_MANIFEST_LIMIT_BYTES),
-  rawFeedbackJsonString: z.boolean().default(false), // feature gate RawFeedbackJsonString
-  maxJsonRawLength: z.number().int().positive().default(1024), // --max-json-raw-length
-  // OCM's status controller reads every applied object this often (--status-sync-interval, 10 s).
-  statusSyncIntervalMs: z.number().int().positive().default(10_000),
-});
-export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  const gates = Object.fromEntries(commaList.parse(env.WORK_FEATURE_GATES).map((kv) => kv.split("=", 2) as [string, string]));
-  return ConfigSchema.parse({
-    ...spokeAgentSettingsFromEnv(env),
-    agentID: env.AGENT_ID || undefined,
-    manifestLimitBytes: env.WORK_MANIFEST_LIMIT_BYTES ? Number(env.WORK_MANIFEST_LIMIT_BYTES) : undefined,
-    rawFeedbackJsonString: gates.RawFeedbackJsonString === "true",
-    maxJsonRawLength: env.MAX_JSON_RAW_LENGTH ? Number(env.MAX_JSON_RAW_LENGTH) : undefined,
-    statusSyncIntervalMs: env.STATUS_SYNC_INTERVAL_SECONDS ? Number(env.STATUS_SYNC_INTERVAL_SECONDS) * 1000 : undefined,
-  });
-}
+export { ConfigSchema, configFromEnv, type Config };
 
 // OCM's HubHash: lowercase hex sha256 of the hub server URL exactly as the hub kubeconfig writes it.
 export const hubHashOf = (server: string) => createHash("sha256").update(server).digest("hex");

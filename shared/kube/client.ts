@@ -7,6 +7,13 @@ import { inClusterKubeconfig, parseKubeconfig, readKubeconfigFile, type KubeClus
 import { UserCredentials } from "./credentials.ts";
 import { proxyConnector } from "./proxy.ts";
 import { KubeError } from "./errors.ts";
+import type { LabelQuery } from "../selector-query.ts";
+import { metrics } from "../metrics.ts";
+
+// client-go's request counter (k8s.io/client-go/tools/metrics, as component-base registers it): one per
+// HTTP exchange with an API server, by status code ("<error>" when none came), method and host.
+export const restClientRequests = metrics.counter("rest_client_requests_total", "Number of HTTP requests, partitioned by status code, method, and host.", ["code", "method", "host"]);
+export const countRequest = (code: number | undefined, method: string, host: string): void => restClientRequests.inc([code ? String(code) : "<error>", method, host]);
 
 export type KubeObject = {
   apiVersion?: string;
@@ -15,6 +22,8 @@ export type KubeObject = {
   [k: string]: unknown;
 };
 
+// Selectors are sent URL-encoded as they are: a value taken from data must already be escaped
+// (fieldSelectorOf, shared/selector-query.ts) or, for labels, checked (labelsQuery).
 export type ListOptions = { namespace?: string; labelSelector?: string; fieldSelector?: string };
 export type PatchType = "merge" | "json" | "apply";
 export type WatchEvent = { type: "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR"; object: KubeObject };
@@ -60,6 +69,7 @@ function query(params: Record<string, string | number | boolean | undefined>): s
 
 export class KubeClient {
   readonly server: string; // cluster.server without a trailing slash
+  readonly host: string; // the server's host:port, as the request metric names it
   readonly cluster: KubeCluster;
   readonly user: KubeUser;
   private readonly credentials: UserCredentials;
@@ -71,6 +81,7 @@ export class KubeClient {
     this.cluster = config.cluster;
     this.user = config.user;
     this.server = config.cluster.server.replace(/\/$/, "");
+    this.host = URL.canParse(this.server) ? new URL(this.server).host : this.server; // a bad URL fails at the first request, as before
     this.credentials = new UserCredentials(config.cluster, config.user);
     if (config.cluster.proxyUrl) this.viaProxy = proxyConnector(config.cluster.proxyUrl);
   }
@@ -101,7 +112,10 @@ export class KubeClient {
     // the body would be read as the start of the next request.
     if (payload !== undefined) opts.headers = { ...opts.headers, "Content-Length": Buffer.byteLength(payload) };
     return new Promise<T>((resolve, reject) => {
+      let answered = false;
       const req = request(opts, (res) => {
+        answered = true;
+        countRequest(res.statusCode, method, this.host);
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));
         res.on("end", () => {
@@ -120,7 +134,11 @@ export class KubeClient {
         });
         res.on("error", reject);
       });
-      req.on("error", (err) => reject(KubeError.fromNetwork(err, `${method} ${path}`)));
+      req.on("error", (err) => {
+        // no answer (an answer that broke off mid-body was counted with its status)
+        if (!answered) countRequest(undefined, method, this.host);
+        reject(KubeError.fromNetwork(err, `${method} ${path}`));
+      });
       req.setTimeout(30_000, () => req.destroy(new Error("request timed out after 30 s")));
       if (payload !== undefined) req.write(payload);
       req.end();
@@ -158,10 +176,15 @@ export class KubeClient {
     }
   }
 
-  async list<T extends KubeObject>(r: ApiResource, o: ListOptions = {}): Promise<{ items: T[]; resourceVersion: string }> {
+  // A LabelQuery that selects nothing is not sent: the answer is an empty list (with no resourceVersion
+  // to watch from).
+  async list<T extends KubeObject>(r: ApiResource, o: Omit<ListOptions, "labelSelector"> & { labelSelector?: string | LabelQuery } = {}): Promise<{ items: T[]; resourceVersion: string }> {
+    const ls = o.labelSelector;
+    if (typeof ls === "object" && ls.selects === "nothing") return { items: [], resourceVersion: "" };
+    const labelSelector = typeof ls === "object" ? ls.labelSelector : ls;
     const list = await this.request<{ items: T[]; metadata: { resourceVersion: string } }>(
       "GET",
-      resourcePath(r, { namespace: o.namespace }) + query({ labelSelector: o.labelSelector, fieldSelector: o.fieldSelector }),
+      resourcePath(r, { namespace: o.namespace }) + query({ labelSelector, fieldSelector: o.fieldSelector }),
     );
     return { items: list.items ?? [], resourceVersion: list.metadata.resourceVersion };
   }
@@ -206,7 +229,10 @@ export class KubeClient {
       if (!this.viaProxy) opts.agent = undefined; // a long-lived stream gets a connection of its own, outside the pool
       if (stopped) return;
       await new Promise<void>((resolve, reject) => {
+        let answered = false;
         const req = request(opts, (res) => {
+          answered = true;
+          countRequest(res.statusCode, "GET", this.host);
           if (res.statusCode !== 200) {
             if (res.statusCode === 401) this.credentials.forget();
             const chunks: Buffer[] = [];
@@ -241,7 +267,10 @@ export class KubeClient {
           req.destroy();
           resolve();
         };
-        req.on("error", (err) => reject(KubeError.fromNetwork(err, `WATCH ${path}`)));
+        req.on("error", (err) => {
+          if (!answered) countRequest(undefined, "GET", this.host);
+          reject(KubeError.fromNetwork(err, `WATCH ${path}`));
+        });
         req.end();
       });
     })();

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { isIPv6 } from "node:net";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { parse, stringify } from "yaml";
+import { parseProxyURL } from "./proxy.ts";
 
 export type Credentials =
   | { kind: "certificate"; certPem: string; keyPem: string }
@@ -106,7 +107,6 @@ const CLUSTER_FIELDS = ["server", "certificate-authority", "certificate-authorit
 const USER_FIELDS = ["client-certificate", "client-certificate-data", "client-key", "client-key-data", "token", "tokenFile", "username", "password", "as", "as-uid", "as-groups", "as-user-extra", "exec", "extensions"];
 const EXEC_FIELDS = ["apiVersion", "command", "args", "env", "provideClusterInfo", "installHint", "interactiveMode"];
 const EXEC_VERSIONS = ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"];
-const PROXY_SCHEMES = ["http:", "https:", "socks5:", "socks5h:"];
 
 // A kubeconfig's text. dir: the directory relative file names resolve against (the file's own, as
 // kubectl and client-node do); without it they stay relative to the working directory.
@@ -215,13 +215,12 @@ function readCluster(name: string, c: Entry, path: (p: string | undefined) => st
   if (insecure && caPem !== undefined) fail("insecure-skip-tls-verify together with a certificate authority");
   const proxyUrl = field(c, "proxy-url", "string", fail) || undefined;
   if (proxyUrl !== undefined) {
-    let scheme = "";
+    // All of it checked here, credentials decoded included, not first when a request opens a socket.
     try {
-      scheme = new URL(proxyUrl).protocol;
-    } catch {
-      fail(`proxy-url ${JSON.stringify(proxyUrl)} is not a URL`);
+      parseProxyURL(proxyUrl, "proxy-url");
+    } catch (err) {
+      fail((err as Error).message);
     }
-    if (!PROXY_SCHEMES.includes(scheme)) fail(`proxy-url ${proxyUrl}: the scheme must be http, https, socks5 or socks5h`);
   }
   const tlsServerName = field(c, "tls-server-name", "string", fail) || undefined;
   return { name, server, ...(caPem !== undefined ? { caPem } : {}), insecureSkipTLSVerify: insecure, ...(tlsServerName ? { tlsServerName } : {}), ...(proxyUrl ? { proxyUrl } : {}) };

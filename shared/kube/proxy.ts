@@ -10,44 +10,86 @@ const HANDSHAKE_TIMEOUT_MS = 30_000;
 
 type Connector = NonNullable<ClientRequestArgs["createConnection"]>;
 
+export const ProxySchemes = ["http:", "https:", "socks5:", "socks5h:"] as const;
+
+// A proxy URL taken apart, its credentials decoded: everything a tunnel needs, known before any socket
+// exists, so a URL that cannot be used is an error at configuration time and never one on a socket.
+export type ProxyTarget = { host: string; port: number; secure: boolean; socks: boolean; user: string; password: string; display: string };
+
+// Throws an Error saying what is wrong with the URL (without its password), the URL called `label`.
+export function parseProxyURL(text: string, label = "proxy URL"): ProxyTarget {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new Error(`${label} ${JSON.stringify(redact(text))} is not a URL`);
+  }
+  const display = `${url.protocol}//${url.host}`;
+  if (!(ProxySchemes as readonly string[]).includes(url.protocol)) throw new Error(`${label} ${display}: the scheme must be http, https, socks5 or socks5h`);
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  if (!host) throw new Error(`${label} ${display}: no host`);
+  const decode = (part: string, what: string) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      throw new Error(`${label} ${display}: the ${what} is not valid percent-encoded UTF-8`);
+    }
+  };
+  const user = decode(url.username, "user name");
+  const password = decode(url.password, "password");
+  const socks = url.protocol.startsWith("socks5");
+  // RFC 1929: each is one length byte and 1 to 255 bytes.
+  if (socks && (Buffer.byteLength(user) > 255 || Buffer.byteLength(password) > 255)) throw new Error(`${label} ${display}: a SOCKS5 user name and password are at most 255 bytes each`);
+  if (socks && password && !user) throw new Error(`${label} ${display}: a SOCKS5 password needs a user name`);
+  const secure = url.protocol === "https:";
+  return { host, port: Number(url.port) || (socks ? 1080 : secure ? 443 : 80), secure, socks, user, password, display };
+}
+
+// The URL without its credentials, for a message about a URL that did not parse.
+const redact = (text: string) => text.replace(/\/\/[^/@]*@/, "//***@");
+
 // For https.request's createConnection (with no agent): it gets the request's options, TLS ones included.
+// Throws at once for a proxy URL that cannot be used; every later failure is the request's error.
 export function proxyConnector(proxyUrl: string): Connector {
-  const proxy = new URL(proxyUrl);
+  const proxy = parseProxyURL(proxyUrl);
   return (options, done) => {
-    const o = options as ClientRequestArgs & ConnectionOptions;
-    const host = String(o.hostname ?? o.host ?? "").replace(/^\[(.*)\]$/, "$1");
-    const port = Number(o.port) || 443;
-    tunnel(proxy, host, port).then(
-      (socket) => {
-        const tls: ConnectionOptions = { socket, host, ca: o.ca, cert: o.cert, key: o.key, rejectUnauthorized: o.rejectUnauthorized };
-        // SNI takes a name, never an address; the certificate is checked against servername, else host.
-        const servername = o.servername || (isIP(host) ? undefined : host);
-        if (servername) tls.servername = servername;
-        done(null, tlsConnect(tls));
-      },
-      (err: Error) => done(err, undefined as unknown as Duplex),
-    );
+    const fail = (err: unknown) => done(err instanceof Error ? err : new Error(String(err)), undefined as unknown as Duplex);
+    try {
+      const o = options as ClientRequestArgs & ConnectionOptions;
+      const host = String(o.hostname ?? o.host ?? "").replace(/^\[(.*)\]$/, "$1");
+      const port = Number(o.port) || 443;
+      tunnel(proxy, host, port).then((socket) => {
+        try {
+          const tls: ConnectionOptions = { socket, host, ca: o.ca, cert: o.cert, key: o.key, rejectUnauthorized: o.rejectUnauthorized };
+          // SNI takes a name, never an address; the certificate is checked against servername, else host.
+          const servername = o.servername || (isIP(host) ? undefined : host);
+          if (servername) tls.servername = servername;
+          done(null, tlsConnect(tls));
+        } catch (err) {
+          socket.destroy();
+          fail(err);
+        }
+      }, fail);
+    } catch (err) {
+      fail(err);
+    }
     return undefined;
   };
 }
 
-function tunnel(proxy: URL, host: string, port: number): Promise<Socket> {
-  const secure = proxy.protocol === "https:";
-  const socks = proxy.protocol.startsWith("socks5");
-  const proxyPort = Number(proxy.port) || (socks ? 1080 : secure ? 443 : 80);
-  const proxyHost = proxy.hostname.replace(/^\[(.*)\]$/, "$1");
-  const socket: Socket = secure ? tlsConnect({ host: proxyHost, port: proxyPort, ...(isIP(proxyHost) ? {} : { servername: proxyHost }) }) : netConnect(proxyPort, proxyHost);
-  const user = decodeURIComponent(proxy.username);
-  const password = decodeURIComponent(proxy.password);
+function tunnel(proxy: ProxyTarget, host: string, port: number): Promise<Socket> {
+  const { secure, socks, user, password } = proxy;
   return new Promise<Socket>((resolve, reject) => {
+    const socket: Socket = secure ? tlsConnect({ host: proxy.host, port: proxy.port, ...(isIP(proxy.host) ? {} : { servername: proxy.host }) }) : netConnect(proxy.port, proxy.host);
+    // The listeners first: nothing between the socket's creation and them can throw.
     const failed = (err: Error) => {
       socket.destroy();
       reject(err);
     };
-    const closed = () => failed(new Error(`proxy ${proxy.host} closed the connection`));
-    socket.setTimeout(HANDSHAKE_TIMEOUT_MS, () => failed(new Error(`proxy ${proxy.host} did not answer within ${HANDSHAKE_TIMEOUT_MS / 1_000} s`)));
-    socket.once("error", failed);
+    const closed = () => failed(new Error(`proxy ${proxy.display} closed the connection`));
+    socket.on("error", failed);
     socket.once("close", closed);
+    socket.setTimeout(HANDSHAKE_TIMEOUT_MS, () => failed(new Error(`proxy ${proxy.display} did not answer within ${HANDSHAKE_TIMEOUT_MS / 1_000} s`)));
     socket.once(secure ? "secureConnect" : "connect", () => {
       const reader = byteReader(socket);
       (socks ? socks5(socket, reader, host, port, user, password) : httpConnect(socket, reader, host, port, user, password)).then(() => {

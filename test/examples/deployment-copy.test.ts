@@ -1,15 +1,17 @@
 // examples/deployment-copy end to end against three real clusters (a hub as the source, two targets),
 // run as the SDK runs any function locally (dev/local/run-function.ts: its server and a relay built
 // from its watches), under identities with only the example's RBAC.
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startClusters, type LocalClusters } from "../../dev/control-plane/clusters.ts";
 import { identityFor } from "../../dev/control-plane/identities.ts";
 import { startApiserver, stopApiserver } from "../../dev/control-plane/restart.ts";
 import { runFunction, type RunningFunction } from "../../dev/local/run-function.ts";
-import { DeploymentResource, NamespaceResource } from "../../shared/api/kube.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, DeploymentResource, NamespaceResource } from "../../shared/api/kube.ts";
 import { ManagedClusterResource } from "../../shared/api/cluster.ts";
-import { CopiesFinalizer, DeletePolicyAnnotation, OwnedLabel, OwnerAnnotation, ownerOf } from "../../shared/cross-cluster-owner.ts";
+import { CopiesFinalizer, DeletePolicyAnnotation, OwnedLabel, OwnerAnnotation, ownedBy, ownerOf, SealAnnotation } from "../../shared/cross-cluster-owner.ts";
+import { classifyError } from "../../shared/kube/errors.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import deploymentCopy, { CopiesAnnotation, CopyToAnnotation, type Config } from "../../examples/deployment-copy/function.ts";
 import { eventually } from "../support/eventually.ts";
@@ -22,7 +24,7 @@ let planes: LocalClusters;
 let admin: Record<string, KubeClient>;
 let running: RunningFunction;
 let kubeconfigs: Record<string, string>;
-const config: Config = { source: HUB, targets: TARGETS };
+const config: Config = { source: HUB, targets: TARGETS, copySealKey: randomBytes(32).toString("base64") };
 const suffix = () => Math.random().toString(36).slice(2, 7);
 
 type Deployment = KubeObject & { spec?: { replicas?: number; [k: string]: unknown } };
@@ -152,6 +154,31 @@ describe("garbage collection across clusters", () => {
     expect(kept).toBeDefined();
     expect((kept.metadata.labels as Record<string, string> | undefined)?.[OwnedLabel]).toBeUndefined();
     expect((kept.metadata.annotations as Record<string, string> | undefined)?.[OwnerAnnotation.uid]).toBeUndefined();
+    expect((kept.metadata.annotations as Record<string, string> | undefined)?.[SealAnnotation]).toBeUndefined();
+  });
+
+  it("keeps a Deployment on an unchosen target that someone who may patch but not delete Deployments marked as the source's copy", async () => {
+    // mallory, on t2: Deployments read, patched and updated, never deleted
+    const name = "deployment-patcher";
+    await admin.t2!.create(ClusterRoleResource, { metadata: { name }, rules: [{ apiGroups: ["apps"], resources: ["deployments"], verbs: ["get", "list", "watch", "patch", "update"] }] });
+    await admin.t2!.create(ClusterRoleBindingResource, { metadata: { name }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name }, subjects: [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: "mallory" }] });
+    const mallory = KubeClient.fromKubeconfig(await planes.get("t2").kubeconfigFor({ user: "mallory" }));
+    try {
+      const d = await source("env=prod"); // t1 is chosen, t2 is not
+      await eventually(async () => expect(await copyOn("t1", d)).toBeDefined());
+      await admin.t2!.create(NamespaceResource, { metadata: { name: d.metadata.namespace } });
+      const theirs = await admin.t2!.create<Deployment>(DeploymentResource, { metadata: { name: "web", namespace: d.metadata.namespace }, spec: (await sourceNow(d))!.spec });
+      await eventually(() => expect(mallory.delete(DeploymentResource, "web", d.metadata.namespace)).rejects.toSatisfy((e: unknown) => classifyError(e) === "forbidden"));
+      const marks = ownedBy((await sourceNow(d))!, HUB);
+      await mallory.patch(DeploymentResource, "web", { metadata: { labels: marks.labels, annotations: marks.annotations } }, { namespace: d.metadata.namespace });
+      // the source changes, so the function reconciles it: t1's copy follows, t2's "copy" would be dropped
+      await admin[HUB]!.patch(DeploymentResource, "web", { spec: { replicas: 3 } }, { namespace: d.metadata.namespace });
+      await eventually(async () => expect((await copyOn("t1", d))?.spec?.replicas).toBe(3));
+      await new Promise((r) => setTimeout(r, 3_000));
+      expect((await copyOn("t2", d))?.metadata.uid).toBe(theirs.metadata.uid);
+    } finally {
+      mallory.close();
+    }
   });
 });
 
@@ -172,7 +199,9 @@ describe("the definition", () => {
   });
 
   it("reads its settings from the environment, and refuses a bad one", () => {
-    expect(deploymentCopy.configFromEnv({ SOURCE: "hub", TARGETS: "a, b" })).toEqual({ source: "hub", targets: ["a", "b"] });
-    expect(() => deploymentCopy.configFromEnv({})).toThrow(/targets/);
+    const key = randomBytes(32).toString("base64");
+    expect(deploymentCopy.configFromEnv({ SOURCE: "hub", TARGETS: "a, b", COPY_SEAL_KEY: key })).toEqual({ source: "hub", targets: ["a", "b"], copySealKey: key });
+    expect(() => deploymentCopy.configFromEnv({ COPY_SEAL_KEY: key })).toThrow(/targets/);
+    expect(() => deploymentCopy.configFromEnv({ SOURCE: "hub", TARGETS: "a" })).toThrow(/copySealKey/);
   });
 });

@@ -2,18 +2,23 @@
 // (dev/local/fleet.ts: registration, the placement scheduler, each spoke's work-applier, the relays),
 // and the example run as the SDK runs any function locally (dev/local/run-function.ts), under an
 // identity with only its rbac.yaml. The test writes on the hub as its admin (the ConfigMap, the
-// Placement, a work deleted by hand) and reads the spokes; it calls no reconcile.
+// Placement, a work deleted by hand), and as a spoke's agent (marks on a work the function did not
+// make, issue 23), and reads the spokes; it calls no reconcile.
+import { randomBytes, randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startClusters, type LocalClusters } from "../../dev/control-plane/clusters.ts";
 import { identityFor } from "../../dev/control-plane/identities.ts";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { runFunction, type RunningFunction } from "../../dev/local/run-function.ts";
-import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
+import { ConfigMapResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
+import { AgentNamespaceDefault, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
+import { clientWithSecretFiles, type Secret } from "../../shared/hub-credentials.ts";
+import { classifyError } from "../../shared/kube/errors.ts";
 import { ClusterLabel, DefaultClusterSetName, ManagedClusterConditionType, ManagedClusterResource, ManagedClusterSetBindingResource, PlacementDecisionResource, PlacementResource, type ManagedCluster, type PlacementDecision } from "../../shared/api/cluster.ts";
 import { ManifestWorkResource, type ManifestWork } from "../../shared/api/work.ts";
 import { isTrue } from "../../shared/conditions.ts";
-import { CopiesFinalizer, copiesSelector, deleteOwner, ownerOf } from "../../shared/cross-cluster-owner.ts";
+import { CopiesFinalizer, copiesSelector, deleteOwner, ownedBy, ownerOf } from "../../shared/cross-cluster-owner.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import placementConfigMap, { PlacedAnnotation, PlacementLabel, SourceLabel, sourceHash, workName, type Config } from "../../examples/placement-configmap/function.ts";
 import { eventually } from "../support/eventually.ts";
@@ -29,8 +34,15 @@ const C2 = "cluster2";
 const NS = "fleet-settings"; // on the hub: the ConfigMap, its Placement and the set binding
 const TIER = "examples.ocm-functions.io/tier"; // the clusters' label the Placement selects on
 const dir = join(import.meta.dirname, "../../examples/placement-configmap");
-const config: Config = { hub: "hub" };
+const config: Config = { hub: "hub", copySealKey: randomBytes(32).toString("base64") };
 const quiet = { info() {}, warn() {}, error() {} };
+// What the function warned about, as [message, the object's namespace/name].
+const warnings: [string, string][] = [];
+const recording = { ...quiet, warn: (fields: object, msg: string) => void warnings.push([msg, objectOf(fields)]) };
+const objectOf = (fields: object) => {
+  const o = (fields as { object?: { namespace?: string; name?: string } }).object;
+  return o ? `${o.namespace}/${o.name}` : "";
+};
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 type Work = ManifestWork & KubeObject;
@@ -67,7 +79,7 @@ beforeAll(async () => {
 
 // A test stops the function and starts it again: a new server and relay, which lists everything anew.
 async function startFunction(): Promise<void> {
-  running = await runFunction(placementConfigMap, { config, kubeconfigs: { hub: kubeconfig }, log: quiet });
+  running = await runFunction(placementConfigMap, { config, kubeconfigs: { hub: kubeconfig }, log: recording });
   await running.relay.ready;
 }
 
@@ -250,7 +262,8 @@ describe("a ConfigMap's works across incarnations, orphaning and partitions", { 
     // released, they are anyone's to delete, and the function does not make them again
     for (const c of [C1, C2]) await hub.delete(ManifestWorkResource, workName(NS, NAME), c);
     await eventually(async () => expect(await bothCopies(NAME)).toEqual([undefined, undefined]), wait);
-    expect(await worksOf(NAME)).toEqual([]);
+    // a work goes once its agent, having removed the copy, takes its own finalizer off
+    await eventually(async () => expect(await worksOf(NAME)).toEqual([]), wait);
   });
 
   it("waits for a spoke whose work agent cannot act during the deletion, and finishes when it is back", async () => {
@@ -280,14 +293,81 @@ describe("a ConfigMap's works across incarnations, orphaning and partitions", { 
   });
 });
 
+// A spoke's work agent may update the works in its cluster's namespace on the hub, never delete them.
+// Marks it writes on a work the function did not make must not get that work deleted (issue 23).
+describe("a ManifestWork the function did not make", { timeout: STEP_MS }, () => {
+  // cluster1's agent on the hub: the identity its hub-kubeconfig-secret holds.
+  async function agentOf(cluster: string): Promise<KubeClient> {
+    const secret = (await spokes.get(cluster)!.get<Secret>(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault))!;
+    return clientWithSecretFiles(Buffer.from(secret.data![HubSecretKey.Kubeconfig]!, "base64").toString(), secret);
+  }
+  // The admin's own work in cluster1's namespace, which the function has nothing to do with.
+  const adminsWork = (name: string) =>
+    hub.create<Work>(ManifestWorkResource, { metadata: { name, namespace: C1 }, spec: { workload: { manifests: [{ apiVersion: "v1", kind: "ConfigMap", metadata: { name, namespace: "default" }, data: { owner: "admin" } }] } } });
+  // The agent writes owner marks naming `owner` onto the work, with the label that makes the function list it.
+  // Read and update, again on a conflict: the work agent itself writes the work meanwhile (its finalizer).
+  async function markAsAgent(agent: KubeClient, work: Work, owner: KubeObject): Promise<void> {
+    const marks = ownedBy(owner, "hub");
+    await eventually(async () => {
+      const current = (await agent.get<Work>(ManifestWorkResource, work.metadata.name!, C1))!;
+      const labels = { ...current.metadata.labels, ...marks.labels, [SourceLabel]: sourceHash(NS, owner.metadata.name!) };
+      await agent.update(ManifestWorkResource, { ...current, metadata: { ...current.metadata, labels, annotations: { ...current.metadata.annotations, ...marks.annotations } } });
+    }, wait);
+  }
+
+  it("keeps the admin's work that cluster1's agent, which may update but not delete works, marked as the work of an absent ConfigMap", async () => {
+    const agent = await agentOf(C1);
+    try {
+      const work = await adminsWork(`admins-${randomBytes(3).toString("hex")}`);
+      await expect(agent.delete(ManifestWorkResource, work.metadata.name!, C1)).rejects.toSatisfy((e: unknown) => classifyError(e) === "forbidden");
+      const absent = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: `gone-${randomBytes(3).toString("hex")}`, namespace: NS, uid: randomUUID() } };
+      await markAsAgent(agent, work, absent);
+      // the work's event reaches the function, which looks at it and leaves it alone
+      const stillThere = async () => expect((await hub.get<Work>(ManifestWorkResource, work.metadata.name!, C1))?.metadata.uid).toBe(work.metadata.uid);
+      await eventually(async () => {
+        await stillThere();
+        expect(warnings).toContainEqual(["left alone: forged or foreign cross-cluster owner marks", `${C1}/${work.metadata.name}`]);
+      }, wait);
+      await settle();
+      await stillThere();
+    } finally {
+      agent.close();
+    }
+  });
+
+  it("keeps the admin's work that cluster1's agent marked as the work of a ConfigMap placed only elsewhere", async () => {
+    const agent = await agentOf(C1);
+    try {
+      const NAME = "lure";
+      if (!(await hub.get(PlacementResource, "silver-only", NS))) await hub.create(PlacementResource, placement("silver-only", ["silver"]));
+      await eventually(async () => expect(await decided("silver-only")).toEqual([C2]), wait);
+      const lure = await createSource(NAME, "silver-only", { v: "1" });
+      await eventually(async () => expect(await placed(NAME)).toEqual({ [C2]: "Available" }), wait);
+      const work = await adminsWork(`admins-${randomBytes(3).toString("hex")}`);
+      await markAsAgent(agent, work, lure);
+      // cluster1 is not chosen: a work of the lure's there would be dropped, and this one is not its work
+      await hub.patch(ConfigMapResource, NAME, { data: { v: "2" } }, { namespace: NS });
+      await eventually(async () => expect((await copyOn(C2, NAME))?.data).toEqual({ v: "2" }), wait);
+      await settle();
+      expect((await hub.get<Work>(ManifestWorkResource, work.metadata.name!, C1))?.metadata.uid).toBe(work.metadata.uid);
+      expect(await placed(NAME)).toEqual({ [C2]: "Available" });
+    } finally {
+      agent.close();
+    }
+  });
+});
+
 describe("the definition", () => {
   it("subscribes to the kinds it watches, and nothing else", () => {
     const kinds = new Set(placementConfigMap.subscriptions(config).map((s) => s.filters.kind ?? s.filters.type));
     expect(kinds).toEqual(new Set(["ConfigMap", "PlacementDecision", "ManifestWork", "dev.knative.sources.ping"]));
   });
 
-  it("reads its settings from the environment", () => {
-    expect(placementConfigMap.configFromEnv({ HUB: "central" })).toEqual({ hub: "central" });
-    expect(placementConfigMap.configFromEnv({})).toEqual({ hub: "hub" });
+  it("reads its settings from the environment, and refuses a copy seal key too short to keep its copies its own", () => {
+    const key = randomBytes(32).toString("base64");
+    expect(placementConfigMap.configFromEnv({ HUB: "central", COPY_SEAL_KEY: key })).toEqual({ hub: "central", copySealKey: key });
+    expect(placementConfigMap.configFromEnv({ COPY_SEAL_KEY: key })).toEqual({ hub: "hub", copySealKey: key });
+    expect(() => placementConfigMap.configFromEnv({})).toThrow();
+    expect(() => placementConfigMap.configFromEnv({ COPY_SEAL_KEY: randomBytes(8).toString("base64") })).toThrow(/the copy seal key has 8 bytes, not at least 32/);
   });
 });

@@ -248,7 +248,7 @@ describe("events", () => {
     }
   });
 
-  it("approves through the real faas-js-runtime HTTP server and answers 400 to a malformed event", async () => {
+  it("approves through our CloudEvents HTTP server (shared/cloudevents-server.ts) and answers 400 to a malformed event", async () => {
     const c = await newCluster();
     const addon = await templateAddon([c]);
     const agent = await agentOf(c);

@@ -1,10 +1,10 @@
 // The addon-installer function against a real hub, under its own RBAC: Manual installs nothing, a
 // Placements strategy keeps an add-on in exactly the clusters its placements' decisions name, and
-// self-managed add-ons are left alone.
+// self-managed add-ons are left alone; every cluster that fails is logged, not only the first.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import type { LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { NamespaceResource } from "../../shared/api/kube.ts";
+import { ConfigMapResource, NamespaceResource } from "../../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterResource, PlacementDecisionResource, PlacementResource } from "../../shared/api/cluster.ts";
 import {
   AddOnAnnotation,
@@ -99,7 +99,7 @@ describe("install strategies", () => {
     await reconcile(cma.metadata.name);
     expect(await installedOn(cma.metadata.name)).toEqual([a]);
     const installed = (await admin.get<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, cma.metadata.name, a))!;
-    expect(installed.metadata.ownerReferences).toEqual([expect.objectContaining({ apiVersion: "addon.open-cluster-management.io/v1beta1", kind: "ClusterManagementAddOn", name: cma.metadata.name, uid: cma.metadata.uid, controller: true })]);
+    expect(installed.metadata.ownerReferences).toEqual([expect.objectContaining({ apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ClusterManagementAddOn", name: cma.metadata.name, uid: cma.metadata.uid, controller: true })]);
     // the cluster's addon.open-cluster-management.io annotations are copied, others are not
     expect(installed.metadata.annotations).toEqual({ [AddOnAnnotation.HostingClusterName]: "hosting-1" });
     expect(installed.spec.installNamespace).toBe(DefaultAddOnInstallNamespace);
@@ -130,7 +130,7 @@ describe("install strategies", () => {
 });
 
 describe("events", () => {
-  it("installs through the real faas-js-runtime HTTP server, answers 400 to a malformed event, and resyncs on a tick", async () => {
+  it("installs through our CloudEvents HTTP server (shared/cloudevents-server.ts), answers 400 to a malformed event, and resyncs on a tick", async () => {
     const c = await newCluster();
     const placement = await newPlacement();
     await decide(placement, [c]);
@@ -150,5 +150,34 @@ describe("events", () => {
     await decide(placement, [c, other]);
     expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
     expect(await installedOn(cma.metadata.name)).toEqual([c, other].sort());
+  });
+});
+
+describe("failures", () => {
+  it("logs every cluster whose install failed, each with the CloudEvent id, function and key, and still installs on the others", async () => {
+    const [ok, leavingA, leavingB] = [await newCluster(), await newCluster(), await newCluster()];
+    // two clusters' namespaces are being terminated (a finalizer holds them): an add-on cannot be created there
+    for (const c of [leavingA, leavingB]) {
+      await admin.create(ConfigMapResource, { metadata: { name: "held", namespace: c, finalizers: ["test.ocm-functions.io/hold"] } });
+      await admin.delete(NamespaceResource, c);
+    }
+    try {
+      const placement = await newPlacement();
+      await decide(placement, [ok, leavingA, leavingB]);
+      const cma = await newAddon({ type: "Placements", placements: [placement] });
+      const lines: { level: string; msg: string; [k: string]: unknown }[] = [];
+      const write = (level: string) => (fields: object, msg: string) => lines.push({ level, msg, ...fields });
+      const logged: Io<Config> = { ...io, log: { info: write("info"), warn: write("warn"), error: write("error") } };
+      const event = objectEvent({ cluster: HUB, object: { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ClusterManagementAddOn", ...cma } });
+      const reply = await handleEvent(spec, logged, event);
+      // both failures are admission's (a namespace being terminated): terminal, not retried
+      expect(reply.statusCode, reply.body).toBe(422);
+      const failed = lines.filter((l) => l.level !== "info");
+      const key = { cluster: HUB, name: cma.metadata.name };
+      expect(failed).toEqual([leavingA, leavingB].sort().map((c) => expect.objectContaining({ decision: "terminal", ce: event.id, fn: "addon-installer", key, error: expect.stringContaining(`namespace ${c} because it is being terminated`) })));
+      expect(await installedOn(cma.metadata.name)).toEqual([ok]);
+    } finally {
+      for (const c of [leavingA, leavingB]) await admin.patch(ConfigMapResource, "held", { metadata: { finalizers: null } }, { namespace: c });
+    }
   });
 });

@@ -394,7 +394,7 @@ describe("removing credentials", { timeout: FLEET_TEST_MS }, () => {
 });
 
 describe("events", { timeout: FLEET_TEST_MS }, () => {
-  it("collects a certificate through the real faas-js-runtime server, and answers 400 to a malformed event", async () => {
+  it("collects a certificate through our CloudEvents HTTP server (shared/cloudevents-server.ts), and answers 400 to a malformed event", async () => {
     const a = agent();
     const addon = await templateAddon({ registrations: [{ type: "KubeClient" }] });
     const server = await startFunctionServer(serve(spec, () => a.io));

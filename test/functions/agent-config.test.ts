@@ -7,7 +7,10 @@ import { describe, it, expect, beforeAll, afterAll, beforeEach } from "vitest";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { startApiserver, stopApiserver } from "../../dev/control-plane/restart.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { ConfigMapResource } from "../../shared/api/kube.ts";
+import { KubeError } from "../../shared/kube/errors.ts";
+import { ClusterRoleResource, ConfigMapResource, CustomResourceDefinitionResource } from "../../shared/api/kube.ts";
+import { HubRbacName } from "../../shared/api/register.ts";
+import { crds } from "../../shared/api/crds.ts";
 import { AgentNamespaceDefault } from "../../shared/api/registration.ts";
 import { DefaultLeaseDurationSeconds, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import {
@@ -33,9 +36,9 @@ import {
 } from "../../shared/agent-config.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
-import { handleEvent, reconcileKey, serve, type Io, type Outcome } from "../../shared/harness.ts";
+import { handleEvent, jsonLog, reconcileKey, serve, type Io, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
-import { spec, judge, ConfigSchema, type Config } from "../../functions/agent-config/reconcile.ts";
+import { spec, judge, ConfigSchema, ConfigNotServedReason, configNotServedMessage, type Config } from "../../functions/agent-config/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
@@ -222,6 +225,9 @@ describe("a refused config", { timeout: FLEET_TEST_MS }, () => {
   it.each([
     { name: "a misspelt setting", settings: { statusSyncIntervalSecs: 30 }, error: 'spec.settings: Unrecognized key: "statusSyncIntervalSecs"' },
     { name: "a misspelt heartbeat field", settings: { heartbeat: { proxyUrl: "http://proxy.example:3128" } }, error: 'spec.settings.heartbeat: Unrecognized key: "proxyUrl"' },
+    // issue 23: what the CRD's pattern cannot say, the agent's schema does
+    { name: "a proxy URL whose user name is not UTF-8 once decoded", settings: { heartbeat: { proxyURL: "http://%ff@127.0.0.1:9" } }, error: "spec.settings.heartbeat.proxyURL: proxy URL http://127.0.0.1:9: the user name is not valid percent-encoded UTF-8" },
+    { name: "a feature gate named with a dot", settings: { features: { "a.b": true } }, error: 'spec.settings.features."a.b": Invalid key in record: a feature gate is named by a letter, then letters and digits' },
   ])("is ConfigInvalid for $name, and the checkpoint of the config before it is left as it was", async ({ settings, error }) => {
     const a = agent();
     const good = { logLevel: "info" as const };
@@ -261,6 +267,30 @@ describe("a refused config", { timeout: FLEET_TEST_MS }, () => {
     } else {
       expect(await reported()).toMatchObject({ reason: AgentConfigReason.ConfigOnTrial });
       expect(await readActiveSettings(spoke, NS)).toEqual({ hash: settingsHash(settings), settings });
+    }
+  });
+});
+
+describe("the hub's CRD (issue 23)", { timeout: FLEET_TEST_MS }, () => {
+  // Whoever may write AgentConfigs on the hub (here the rollout function's own identity, which writes the
+  // clusters' ones) cannot store a setting past its bound: the API server refuses it, naming the field.
+  it.each([
+    { name: "relayResyncSeconds 2147484 (a tick every millisecond once times 1000)", spec: { settings: { relayResyncSeconds: 2_147_484 } }, says: /spec\.settings\.relayResyncSeconds: Invalid value: 2147484: .*less than or equal to 86400/ },
+    { name: "statusSyncIntervalSeconds past a day", spec: { settings: { statusSyncIntervalSeconds: 86_401 } }, says: /spec\.settings\.statusSyncIntervalSeconds: Invalid value: 86401: .*less than or equal to 86400/ },
+    { name: "clusterClaimLimit past 1000", spec: { settings: { clusterClaimLimit: 1_001 } }, says: /spec\.settings\.clusterClaimLimit: Invalid value: 1001: .*less than or equal to 1000/ },
+    { name: "trialSeconds past a day", spec: { trialSeconds: 86_401 }, says: /spec\.trialSeconds: Invalid value: 86401: .*less than or equal to 86400/ },
+    { name: "a proxy URL with a malformed % escape (http://%zz@…, which crashed the agent)", spec: { settings: { heartbeat: { proxyURL: "http://%zz@127.0.0.1:9" } } }, says: /spec\.settings\.heartbeat\.proxyURL: Invalid value: "http:\/\/%zz@127\.0\.0\.1:9": .*should match/ },
+    { name: "more than 64 feature gates", spec: { settings: { features: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`Gate${i}`, true])) } }, says: /spec\.settings\.features: Too many: 65: must have at most 64 items/ },
+  ])("refuses $name", async ({ spec: body, says }) => {
+    const writer = KubeClient.fromKubeconfig(await identityFor(fleet.clusters.get(HUB), "agent-config-rollout", "-bounds"));
+    try {
+      const err = await writer.create<AgentConfigObject>(AgentConfigResource, { metadata: { name: "bounds", namespace: C }, spec: body as AgentConfig["spec"] }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(KubeError);
+      expect((err as KubeError).code).toBe(422);
+      expect((err as KubeError).message).toMatch(says);
+      expect(await hub.get(AgentConfigResource, "bounds", C)).toBeUndefined();
+    } finally {
+      writer.close();
     }
   });
 });
@@ -435,7 +465,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     expect(await checkpoint()).toEqual(settled);
   });
 
-  it("answers a malformed event with 400 through the real faas-js-runtime server, and reconciles a good one", async () => {
+  it("answers a malformed event with 400 through our CloudEvents HTTP server (shared/cloudevents-server.ts), and reconciles a good one", async () => {
     const a = agent();
     await assign({ settings: { logLevel: "debug" } });
     const server = await startFunctionServer(serve(spec, () => a.io));
@@ -446,6 +476,70 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
       const ref = objectEvent({ cluster: C, object: { apiVersion: "v1", kind: "ConfigMap", metadata: { name: AgentHealthConfigMapName, namespace: NS } }, mode: "ref" });
       expect((await postEvent(server.url, ref)).status).toBe(204);
       expect(await readActiveSettings(spoke, NS)).toEqual({ hash: settingsHash({ logLevel: "debug" }), settings: { logLevel: "debug" } });
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+// Issue 24, item 6: OCM's own hub serves no config.ocm-functions.io and grants a cluster nothing in it.
+// The fleet's hub is made into one: our CRD deleted, the shared registration role without its
+// AgentConfig rules, as OCM's hub has it; then both come back, as on a hub upgraded to ours.
+describe("a hub that serves no AgentConfigs", { timeout: 180_000 }, () => {
+  type Role = KubeObject & { rules: { apiGroups?: string[] }[] };
+  type Crd = KubeObject & { spec: { group: string }; status?: { conditions?: { type: string; status: string }[] } };
+  const ours = crds.find((c) => (c as unknown as Crd).spec.group === AgentConfigGroup) as unknown as Crd;
+  const served = async () => {
+    try {
+      await hub.request("GET", `/apis/${AgentConfigGroup}/${AgentConfigResource.version}`);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  it("answers its ticks 204 and says so once, with ConfigNotServed on the ManagedCluster, then picks up an AgentConfig once the hub serves them", async () => {
+    const role = (await hub.get<Role>(ClusterRoleResource, HubRbacName.RegistrationClusterRole))!;
+    const lines: { level: string; msg: string; reason?: string }[] = [];
+    const a = agent();
+    const io: Io<Config> = { ...a.io, log: jsonLog(spec.name, (line) => lines.push(JSON.parse(line))) };
+    const server = await startFunctionServer(serve(spec, () => io));
+    try {
+      await hub.update(ClusterRoleResource, { ...role, rules: role.rules.filter((r) => !r.apiGroups?.includes(AgentConfigGroup)) });
+      await hub.delete(CustomResourceDefinitionResource, ours.metadata.name!);
+      await eventually(async () => expect(await served()).toBe(false), { timeoutMs: 60_000 });
+
+      for (let i = 0; i < 4; i++) {
+        a.clock.advance(60_000);
+        const reply = await postEvent(server.url, tickEvent(i % 2 ? HUB : C));
+        expect(reply.status, reply.body).toBe(204);
+      }
+      expect(await mirrored()).toMatchObject(condition(ConfigNotServedReason, "True", configNotServedMessage));
+      expect(await readActiveSettings(spoke, NS)).toEqual({ hash: InstallTimeHash, settings: {} });
+      expect(lines.filter((l) => l.level === "error")).toEqual([]);
+      expect(lines.filter((l) => l.reason === ConfigNotServedReason)).toHaveLength(1);
+    } finally {
+      // a CRD being deleted is still there until its objects are: created again once it is gone
+      const existing = await eventually(async () => {
+        const crd = await hub.get<Crd>(CustomResourceDefinitionResource, ours.metadata.name!);
+        expect(crd?.metadata.deletionTimestamp).toBeUndefined();
+        return crd;
+      }, { timeoutMs: 60_000 });
+      if (!existing) await hub.create(CustomResourceDefinitionResource, ours);
+      const now = (await hub.get<Role>(ClusterRoleResource, HubRbacName.RegistrationClusterRole))!;
+      await hub.update(ClusterRoleResource, { ...now, rules: role.rules });
+    }
+
+    try {
+      await eventually(async () => expect(await served()).toBe(true), { timeoutMs: 60_000 });
+      const settings = { logLevel: "debug" as const };
+      await eventually(() => assign({ settings }), { timeoutMs: 30_000 });
+      await eventually(async () => {
+        const reply = await postEvent(server.url, tickEvent(C));
+        expect(reply.status, reply.body).toBe(204);
+        expect((await mirrored())?.reason).toBe(AgentConfigReason.ConfigOnTrial);
+      }, { timeoutMs: 30_000 });
+      expect(await readActiveSettings(spoke, NS)).toEqual({ hash: settingsHash(settings), settings });
     } finally {
       await server.close();
     }

@@ -120,7 +120,7 @@ describe("taints follow Available", () => {
 });
 
 describe("event delivery", () => {
-  it("taints the cluster named by a ManagedCluster event, through the real faas-js-runtime HTTP server", async () => {
+  it("taints the cluster named by a ManagedCluster event, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
     const s = scene();
     const mc = await seed(s, { available: "False" });
     const server = await startFunctionServer(serve(spec, () => s.io));

@@ -204,7 +204,7 @@ describe("events", () => {
     expect(approvals(await readCsr(csr.metadata.name))).toHaveLength(1);
   });
 
-  it("approves through the real faas-js-runtime HTTP server and answers 204, or 400 for a malformed event", async () => {
+  it("approves through our CloudEvents HTTP server (shared/cloudevents-server.ts) and answers 204, or 400 for a malformed event", async () => {
     const server = await startFunctionServer(serve(spec, () => io));
     try {
       const c = `c${suffix()}`;

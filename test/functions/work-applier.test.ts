@@ -340,7 +340,7 @@ describe("refusing what OCM's webhook rejects", { timeout: FLEET_TEST_MS }, () =
 });
 
 describe("events", { timeout: FLEET_TEST_MS }, () => {
-  it("applies the work a ManifestWork event names, through the real faas-js-runtime HTTP server", async () => {
+  it("applies the work a ManifestWork event names, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
     const name = `work-${suffix()}`;
     const cm = `cm-${suffix()}`;
     const work = await createWork(name, [configMap("default", cm, { a: "1" })]);
