@@ -30,11 +30,11 @@ import { hubKubeconfigSecretName } from "../shared/api/addon-strings.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
 import { bootstrappedHubClient } from "../shared/hub-credentials.ts";
 import { enableAddon } from "../cli/addon.ts";
-import * as addonManager from "../functions/addon-manager/reconcile.ts";
-import * as addonCsrApprover from "../functions/addon-csr-approver/reconcile.ts";
-import * as workApplier from "../functions/work-applier/reconcile.ts";
-import * as addonRegistration from "../functions/addon-registration/reconcile.ts";
-import * as addonHealth from "../functions/addon-health/reconcile.ts";
+import addonManager from "../functions/addon-manager/reconcile.ts";
+import addonCsrApprover from "../functions/addon-csr-approver/reconcile.ts";
+import workApplier from "../functions/work-applier/reconcile.ts";
+import addonRegistration from "../functions/addon-registration/reconcile.ts";
+import addonHealth from "../functions/addon-health/reconcile.ts";
 import { percentile, ms } from "./stats.ts";
 
 const C = "bench";
@@ -97,7 +97,7 @@ async function until<T>(read: () => Promise<T | undefined>, what: string, timeou
 
 // Joined, and the cluster's identity may already read its add-ons (granted at acceptance).
 async function joined(fleet: Fleet): Promise<void> {
-  const secrets = addonRegistration.ConfigSchema.parse({ managementCluster: C, clusterName: C });
+  const secrets = addonRegistration.definition.config.parse({ managementCluster: C, clusterName: C });
   const spoke = KubeClient.fromKubeconfig(fleet.clusters.get(C).adminKubeconfig);
   try {
     await until(async () => {
@@ -134,8 +134,8 @@ async function serveMissingFunctions(fleet: Fleet, wiring: { servers: FunctionSe
 
   // The hub's add-on functions.
   const hubSinks = [
-    ...(await serve("hub", addonManager.spec, { hub: await identityFor(hubCluster, addonManager.spec.name) }, addonManager.ConfigSchema.parse({ hubCluster: "hub" }))),
-    ...(await serve("hub", addonCsrApprover.spec, { hub: await identityFor(hubCluster, addonCsrApprover.spec.name) }, addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" }))),
+    ...(await serve("hub", addonManager.spec, { hub: await identityFor(hubCluster, addonManager.spec.name) }, addonManager.definition.config.parse({ hubCluster: "hub" }))),
+    ...(await serve("hub", addonCsrApprover.spec, { hub: await identityFor(hubCluster, addonCsrApprover.spec.name) }, addonCsrApprover.definition.config.parse({ hubCluster: "hub" }))),
   ];
   await relay(
     { hub: { kubeconfig: hubCluster.adminKubeconfig } },
@@ -152,9 +152,9 @@ async function serveMissingFunctions(fleet: Fleet, wiring: { servers: FunctionSe
   // The spoke's: the work agent and the add-on agent's two functions.
   const common = { managementCluster: C, clusterName: C };
   const spokeSinks = [
-    ...(await serve(C, workApplier.spec, { [C]: await identityFor(spokeCluster, workApplier.spec.name) }, workApplier.ConfigSchema.parse(common))),
-    ...(await serve(C, addonRegistration.spec, { [C]: await identityFor(spokeCluster, addonRegistration.spec.name) }, addonRegistration.ConfigSchema.parse(common))),
-    ...(await serve(C, addonHealth.spec, { [C]: await identityFor(spokeCluster, addonHealth.spec.name) }, addonHealth.ConfigSchema.parse(common))),
+    ...(await serve(C, workApplier.spec, { [C]: await identityFor(spokeCluster, workApplier.spec.name) }, workApplier.definition.config.parse(common))),
+    ...(await serve(C, addonRegistration.spec, { [C]: await identityFor(spokeCluster, addonRegistration.spec.name) }, addonRegistration.definition.config.parse(common))),
+    ...(await serve(C, addonHealth.spec, { [C]: await identityFor(spokeCluster, addonHealth.spec.name) }, addonHealth.definition.config.parse(common))),
   ];
   await relay(
     { [C]: { kubeconfig: spokeCluster.adminKubeconfig }, hub: hubCredentialsFromAgentSecrets(C, AgentNamespaceDefault) },

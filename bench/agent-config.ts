@@ -46,13 +46,10 @@
 // and the bench sent counted client-side and named apart; the same requests by caller (client side);
 // events delivered; CPU of this process, each kube-apiserver and etcd; peak RSS.
 import { subscribe, unsubscribe } from "node:diagnostics_channel";
-import { readFileSync } from "node:fs";
 import type { Socket } from "node:net";
 import { readFile } from "node:fs/promises";
-import { join } from "node:path";
-import { parseAllDocuments } from "yaml";
 import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
-import { identityFor } from "../dev/control-plane/identities.ts";
+import { identityFor, rolesOf } from "../dev/control-plane/identities.ts";
 import { startFunction, type FunctionServer } from "../dev/local/functions.ts";
 import { startRelay, type Relay, type RelayOptions } from "../components/relay/relay.ts";
 import { hubCredentialsFromAgentSecrets } from "../components/relay/config.ts";
@@ -82,11 +79,11 @@ import {
 import { AgentConfigConditionType, AgentConfigName, AgentConfigReason, AgentConfigResource, RolloutPhase, type AgentConfig } from "../shared/api/agent-config.ts";
 import { CheckpointConfigMapName, HealthKey, InstallTimeHash, parseCheckpoint, recordHealth, settingsHash } from "../shared/agent-config.ts";
 import { findCondition } from "../shared/conditions.ts";
-import * as agentConfigFn from "../functions/agent-config/reconcile.ts";
-import * as rolloutFn from "../functions/agent-config-rollout/reconcile.ts";
+import agentConfigFn from "../functions/agent-config/reconcile.ts";
+import rolloutFn from "../functions/agent-config-rollout/reconcile.ts";
 import { clusterState, type ClusterState } from "../shared/agent-config.ts";
-import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
-import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
+import clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
+import placementScheduler from "../functions/placement-scheduler/reconcile.ts";
 import { percentile, ms, mib } from "./stats.ts";
 import { until } from "./until.ts";
 
@@ -234,7 +231,7 @@ async function setUp(clusters: LocalClusters, wiring: Wiring, counters: Counters
   await hubAdmin.create(NamespaceResource, { metadata: { name: NS } });
   await hubAdmin.create(ManagedClusterSetResource, { metadata: { name: SET }, spec: { clusterSelector: { selectorType: "ExclusiveClusterSetLabel" } } });
   await hubAdmin.create(ManagedClusterSetBindingResource, { metadata: { name: SET, namespace: NS }, spec: { clusterSet: SET } });
-  const acceptorIo = functionIo("cluster-acceptor", clusterAcceptor.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers: [] }), { hub: await identityFor(hub, "cluster-acceptor") }, logs, wiring);
+  const acceptorIo = functionIo("cluster-acceptor", clusterAcceptor.definition.config.parse({ hubCluster: "hub", autoApprovalUsers: [] }), { hub: await identityFor(hub, "cluster-acceptor") }, logs, wiring);
   const bootstrap = await hub.createBootstrapToken(["system:bootstrappers:managedcluster"]);
   const hubSecretKubeconfig = hubKubeconfig(hubEndpoint(bootstrap.kubeconfig));
   const roles = { agentConfig: rbacRoles("agent-config"), relay: rbacRoles("relay-spoke") };
@@ -306,16 +303,12 @@ function functionIo<C>(fn: string, config: C, kubeconfigs: Record<string, string
   return { clock: systemClock, config, log: logs.log(fn), cluster: clients };
 }
 
-// A namespaced Role of manifests/rbac/<fn>.yaml, written into `namespace` and bound to `user` there, as
-// identityFor binds it in the agent namespace of a real spoke; the ClusterRoles are left out (neither the
-// agent-config function nor a relay that watches only ConfigMaps needs them).
+// The namespaced Roles of a function or component (rolesOf: a function's from its definition), written
+// into `namespace` and bound to `user` there, as identityFor binds them in the agent namespace of a real
+// spoke; the ClusterRoles are left out (neither the agent-config function nor a relay that watches only
+// ConfigMaps needs them).
 type RoleDoc = KubeObject & { kind?: string; rules?: unknown };
-function rbacRoles(fn: string): RoleDoc[] {
-  const text = readFileSync(join(import.meta.dirname, "..", "manifests", "rbac", `${fn}.yaml`), "utf8");
-  return parseAllDocuments(text)
-    .map((d) => d.toJS() as RoleDoc)
-    .filter((d) => d.kind === "Role");
-}
+const rbacRoles = (fn: string): RoleDoc[] => rolesOf(fn).filter((d) => d.kind === "Role");
 
 async function namespacedIdentity(cluster: LocalCluster, admin: KubeClient, roles: RoleDoc[], namespace: string, user: string): Promise<string> {
   for (const role of roles) {
@@ -331,7 +324,7 @@ async function namespacedIdentity(cluster: LocalCluster, admin: KubeClient, role
 }
 
 async function schedulePlacements(hub: LocalCluster, admin: KubeClient, logs: LogCounter, wiring: Wiring): Promise<void> {
-  const io = functionIo("placement-scheduler", placementScheduler.ConfigSchema.parse({ hubCluster: "hub" }), { hub: await identityFor(hub, "placement-scheduler") }, logs, wiring);
+  const io = functionIo("placement-scheduler", placementScheduler.definition.config.parse({ hubCluster: "hub" }), { hub: await identityFor(hub, "placement-scheduler") }, logs, wiring);
   const placements: { name: string; spec: Placement["spec"]; groups: number }[] = [
     { name: "all", spec: {}, groups: 1 },
     { name: "grouped", spec: { decisionStrategy: { groupStrategy: { clustersPerDecisionGroup: `${100 / GROUPS}%` } } }, groups: GROUPS },
@@ -361,7 +354,7 @@ async function startFunctionsAndRelays(clusters: LocalClusters, identities: Map<
     wiring.relays.push(r);
   };
 
-  const rolloutIo = functionIo(rolloutFn.spec.name, rolloutFn.ConfigSchema.parse({ hubCluster: "hub" }), { hub: await identityFor(hub, rolloutFn.spec.name) }, logs, wiring);
+  const rolloutIo = functionIo(rolloutFn.spec.name, rolloutFn.definition.config.parse({ hubCluster: "hub" }), { hub: await identityFor(hub, rolloutFn.spec.name) }, logs, wiring);
   const rolloutSink = { name: `hub/${rolloutFn.spec.name}`, url: await serve(rolloutFn.spec, rolloutIo), filters: subscriptions.get(rolloutFn.spec.name)! };
 
   const agentFilters = subscriptions.get(agentConfigFn.spec.name)!;
@@ -370,7 +363,7 @@ async function startFunctionsAndRelays(clusters: LocalClusters, identities: Map<
   await eachLimited(NAMES, SETUP_CONCURRENCY, async (c) => {
     const ns = agentNamespace(c);
     const id = identities.get(c)!;
-    const config = agentConfigFn.ConfigSchema.parse({ managementCluster: SPOKE, hubCluster: "hub", clusterName: c, agentNamespace: ns });
+    const config = agentConfigFn.definition.config.parse({ managementCluster: SPOKE, hubCluster: "hub", clusterName: c, agentNamespace: ns });
     const url = await serve(agentConfigFn.spec, functionIo(agentConfigFn.spec.name, config, { [SPOKE]: id.agentConfig }, logs, wiring));
     const name = `${c}/${agentConfigFn.spec.name}`;
     if (RELAYS === "per-cluster") {

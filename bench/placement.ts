@@ -42,8 +42,8 @@ import {
   type Placement,
   type PlacementDecision,
 } from "../shared/api/cluster.ts";
-import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
-import * as clusterSets from "../functions/cluster-sets/reconcile.ts";
+import placementScheduler from "../functions/placement-scheduler/reconcile.ts";
+import clusterSets from "../functions/cluster-sets/reconcile.ts";
 import { percentile, ms } from "./stats.ts";
 import { until } from "./until.ts";
 
@@ -138,7 +138,7 @@ type Run = { wallMs: number; cpuMs: number; apiserverCpuMs: number; requests: Ma
 
 async function reconcileAlone(clusters: LocalClusters, admin: KubeClient): Promise<Figures> {
   const hub = clusters.get("hub");
-  const config = placementScheduler.ConfigSchema.parse({ hubCluster: "hub" });
+  const config = placementScheduler.definition.config.parse({ hubCluster: "hub" });
   const kubeconfig = await readyIdentity(await identityFor(hub, placementScheduler.spec.name));
   const io: Io<typeof config> = { clock: systemClock, config, log: jsonLog(placementScheduler.spec.name, "quiet"), cluster: clientsFromKubeconfigs({ hub: kubeconfig }) };
   const requests = countRequests(io.cluster("hub"));
@@ -464,8 +464,8 @@ async function serveMissing(fleet: Fleet, wiring: Wiring): Promise<void> {
     wiring.served.push(name);
     sinks.push({ name, url: server.url, filters: subscriptions.get(spec.name)! });
   };
-  await serve(placementScheduler.spec, placementScheduler.ConfigSchema.parse({ hubCluster: "hub" }));
-  await serve(clusterSets.spec, clusterSets.ConfigSchema.parse({ hubCluster: "hub" }));
+  await serve(placementScheduler.spec, placementScheduler.definition.config.parse({ hubCluster: "hub" }));
+  await serve(clusterSets.spec, clusterSets.definition.config.parse({ hubCluster: "hub" }));
   if (!sinks.length) return;
   const source = (resource: SourceConfig["resource"]): SourceConfig => ({ cluster: "hub", resource, mode: "Resource" });
   const relay = startRelay({

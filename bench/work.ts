@@ -16,7 +16,7 @@ import { ManagedClusterResource, type ManagedCluster } from "../shared/api/clust
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
 import { ManifestWorkResource, type ManifestWork } from "../shared/api/work.ts";
 import { bootstrappedHubClient } from "../shared/hub-credentials.ts";
-import { spec, ConfigSchema, type Config } from "../functions/work-applier/reconcile.ts";
+import fn, { type Config } from "../functions/work-applier/reconcile.ts";
 import { percentile, ms } from "./stats.ts";
 
 const CLUSTER = "bench";
@@ -49,19 +49,19 @@ export const work = {
   async run(): Promise<Record<string, string | number>> {
     const fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true }], resyncMs: 600_000 });
     const spokeCluster = fleet.clusters.get(CLUSTER);
-    const config = ConfigSchema.parse({ managementCluster: CLUSTER, clusterName: CLUSTER });
-    const io: Io<Config> = { clock: systemClock, config, log: jsonLog(spec.name, "quiet"), cluster: clientsFromKubeconfigs({ [CLUSTER]: await identityFor(spokeCluster, spec.name) }) };
+    const config = fn.definition.config.parse({ managementCluster: CLUSTER, clusterName: CLUSTER });
+    const io: Io<Config> = { clock: systemClock, config, log: jsonLog(fn.spec.name, "quiet"), cluster: clientsFromKubeconfigs({ [CLUSTER]: await identityFor(spokeCluster, fn.spec.name) }) };
     const delivered: number[] = [];
     const direct: number[] = [];
     const idle: number[] = [];
-    const server = await startFunction(spec, io);
+    const server = await startFunction(fn.spec, io);
     let relay: ReturnType<typeof startRelay> | undefined;
     try {
       await joinedWithWorkAccess(fleet.hub, io);
       relay = startRelay({
         clusters: { [CLUSTER]: { kubeconfig: await identityFor(spokeCluster, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(CLUSTER, AgentNamespaceDefault) },
         sources: [{ cluster: "hub", resource: ManifestWorkResource, namespace: CLUSTER, mode: "Resource" }],
-        sinks: [{ name: `${CLUSTER}/${spec.name}`, url: server.url }],
+        sinks: [{ name: `${CLUSTER}/${fn.spec.name}`, url: server.url }],
         resync: { intervalMs: 0 },
         log: jsonLog("relay", "quiet"),
       });
@@ -85,10 +85,10 @@ export const work = {
         const name = `direct-${i}`;
         await createWork(fleet.hub, name, manifests(`bench-direct-${i}`));
         const t0 = performance.now();
-        await reconcileKey(spec, io, { cluster: "hub", namespace: CLUSTER, name });
+        await reconcileKey(fn.spec, io, { cluster: "hub", namespace: CLUSTER, name });
         direct.push(performance.now() - t0);
         const t1 = performance.now();
-        await reconcileKey(spec, io, { cluster: "hub", namespace: CLUSTER, name });
+        await reconcileKey(fn.spec, io, { cluster: "hub", namespace: CLUSTER, name });
         idle.push(performance.now() - t1);
       }
     } finally {

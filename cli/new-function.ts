@@ -4,7 +4,8 @@
 // template's definition.
 import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
-import { watchRules, type RbacRule, type Subscription } from "../shared/sdk.ts";
+import type { RbacRule, Subscription } from "../shared/sdk.ts";
+import { functionRoles } from "./render/rbac.ts";
 import template, { ConfigSchema } from "./templates/function.ts";
 
 const repoRoot = resolve(import.meta.dirname, "..");
@@ -18,15 +19,6 @@ export type NewFunctionOptions = { name: string; dir: string; source: string; ta
 // Relative paths on the command line are relative to where the user typed it: npm runs scripts in the
 // checkout's root and names the user's directory in INIT_CWD.
 export const invocationDir = (env: NodeJS.ProcessEnv = process.env) => env.INIT_CWD || process.cwd();
-
-// What the template's reconcile writes, beyond what its watches read (keep in step with templates/function.ts).
-const templateWrites: Record<"source" | "target", { why: string; rule: RbacRule }[]> = {
-  source: [],
-  target: [
-    { why: "the reconcile creates, seals (patch), updates and deletes the copies", rule: { apiGroups: [""], resources: ["configmaps"], verbs: ["create", "patch", "update", "delete"] } },
-    { why: "and creates a copy's namespace when the target lacks it", rule: { apiGroups: [""], resources: ["namespaces"], verbs: ["get", "create"] } },
-  ],
-};
 
 export async function newFunction(o: NewFunctionOptions, print: (line: string) => void): Promise<string[]> {
   if (!existsSync(join(templates, "function.ts"))) throw new Error("ocmf new function runs from a checkout of ocm-functions (npm run ocmf), not from the bundled CLI");
@@ -77,7 +69,7 @@ function checkPlace(out: string): void {
 function scaffold(o: NewFunctionOptions, out: string): Record<string, string> {
   // The watches do not depend on the copy seal key; a throwaway one lets the settings parse.
   const config = ConfigSchema.parse({ source: o.source, targets: o.targets, copySealKey: Buffer.alloc(32).toString("base64") });
-  const reads = watchRules(template.definition.watches(config));
+  const rules = (cluster: string, role: string) => functionRoles(template, config, cluster, `${o.name}:${role}`).flatMap((r) => r.rules);
   const source = (file: string) => readFileSync(join(templates, file), "utf8");
   let fn = adapt(source("function.ts"), out);
   fn = replaceOnce(fn, '.default("hub")', `.default(${JSON.stringify(o.source)})`);
@@ -85,8 +77,8 @@ function scaffold(o: NewFunctionOptions, out: string): Record<string, string> {
   return {
     "function.ts": rename(fn, o.name),
     "function.test.ts": rename(adapt(source("function.test.ts"), out), o.name),
-    "rbac-source.yaml": clusterRole(o.name, "source", [o.source], reads.get(o.source) ?? []),
-    "rbac-target.yaml": clusterRole(o.name, "target", o.targets, reads.get(o.targets[0]!) ?? []),
+    "rbac-source.yaml": clusterRole(o.name, "source", [o.source], rules(o.source, "source")),
+    "rbac-target.yaml": clusterRole(o.name, "target", o.targets, rules(o.targets[0]!, "target")),
     "func.yaml": funcYaml(o, template.subscriptions(config)),
     // the project's compiler settings for these files, for tsc -p and for editors
     "tsconfig.json": `{\n  "extends": ${JSON.stringify(`${importPath(out, repoRoot)}/tsconfig.json`)},\n  "include": ["*.ts"]\n}\n`,
@@ -115,22 +107,24 @@ function importPath(from: string, to: string): string {
 }
 
 const list = (items: readonly string[]) => `[${items.map((i) => JSON.stringify(i)).join(", ")}]`;
-const ruleYaml = (r: RbacRule) => [`  - apiGroups: ${list(r.apiGroups)}`, `    resources: ${list(r.resources)}`, `    verbs: ${list(r.verbs)}`];
+const ruleYaml = (r: RbacRule) => [
+  `  - apiGroups: ${list(r.apiGroups ?? [])}`,
+  `    resources: ${list(r.resources ?? [])}`,
+  ...(r.resourceNames ? [`    resourceNames: ${list(r.resourceNames)}`] : []),
+  `    verbs: ${list(r.verbs)}`,
+];
 
-function clusterRole(name: string, role: "source" | "target", clusters: string[], reads: RbacRule[]): string {
-  const writes = templateWrites[role];
+function clusterRole(name: string, role: "source" | "target", clusters: string[], rules: RbacRule[]): string {
   return [
     `# ${name} on the ${role} cluster${clusters.length > 1 ? "s" : ""} (${clusters.join(", ")}): bind it to the function's identity there.`,
-    "# The reads are what the watches need (watchRules in shared/sdk.ts); the writes are what the reconcile",
-    "# changes. When you change function.ts, change this with it: the test runs the function under it.",
+    "# Made from function.ts (cli/render/rbac.ts): get, list and watch on what its watches name, and what its",
+    "# `writes` declare. When you change function.ts, make this again: the test runs the function under it.",
     "apiVersion: rbac.authorization.k8s.io/v1",
     "kind: ClusterRole",
     "metadata:",
     `  name: ${name}:${role}`,
     "rules:",
-    "  # read: the watches",
-    ...reads.flatMap(ruleYaml),
-    ...writes.flatMap((w) => [`  # write: ${w.why}`, ...ruleYaml(w.rule)]),
+    ...rules.flatMap(ruleYaml),
     "",
   ].join("\n");
 }

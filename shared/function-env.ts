@@ -25,6 +25,8 @@ const variableOf: Readonly<Record<string, string>> = {
   allow: "OCM_AGENT_CONFIG_ALLOW",
   defaultTrialSeconds: "OCM_AGENT_CONFIG_TRIAL_SECONDS",
   installTime: "OCM_AGENT_CONFIG_INSTALL_TIME",
+  // where one field name means different variables in different functions: <function>.<field>
+  "spoke-registration.leaseDurationSeconds": "CLUSTER_LEASE_DURATION_SECONDS",
 };
 
 // A setting the process cannot run with; the message is one line that names the variable.
@@ -43,9 +45,10 @@ export function ioFromEnv<C>(fn: string, configFromEnv: (env: NodeJS.ProcessEnv)
   } catch (err) {
     if (!(err instanceof z.ZodError)) throw err;
     const [first, ...more] = err.issues;
+    const variableFor = (field: string) => variableOf[`${fn}.${field}`] ?? variableOf[field];
     const field = String(first?.path[0] ?? "");
-    const variable = variableOf[field] ?? field;
-    const also = more.length ? ` (and ${more.length} more: ${more.map((i) => variableOf[String(i.path[0])] ?? i.path.join(".")).join(", ")})` : "";
+    const variable = variableFor(field) ?? field;
+    const also = more.length ? ` (and ${more.length} more: ${more.map((i) => variableFor(String(i.path[0])) ?? i.path.join(".")).join(", ")})` : "";
     throw configError(fn, variable, env[variable], `${oneLine(first?.message ?? err.message)}${also}`);
   }
   const dir = env.OCM_KUBECONFIG_DIR;

@@ -1,8 +1,9 @@
-// The public API for writing a multi-cluster function (docs/writing-functions.md). One definition says
-// what the function watches on which clusters, how an event on each watched kind maps to the keys of
-// the objects it reconciles, and the reconcile itself. The handler Knative calls, the relay sources and
-// ApiServerSources that feed it, its func.yaml subscriptions and the skeleton of its RBAC all come from
-// it (cli/render, dev/local/run-function.ts).
+// The public API for writing a multi-cluster function (docs/writing-functions.md). A function is one
+// definition: what it watches on which clusters, how an event on each watched kind maps to the keys of
+// the objects it reconciles, what it writes, its settings and the reconcile itself. Everything else
+// comes from it: the program a bundle runs (shared/serve-main.ts), the relay sources and
+// ApiServerSources that feed it, its func.yaml subscriptions, its RBAC (cli/render/rbac.ts) and every
+// list of functions (cli/render/definitions.ts reads functions/).
 //
 //   export default defineFunction({
 //     name: "deployment-copy",
@@ -11,6 +12,7 @@
 //       { cluster: c.source, resource: DeploymentResource, root: true },
 //       { cluster: c.source, resource: ManagedClusterResource, keys: (event, io) => ... },
 //     ],
+//     writes: (c) => [{ cluster: c.target, why: "the copies", apiGroups: ["apps"], resources: ["deployments"], verbs: ["create", "update", "delete"] }],
 //     reconcile: async (io, key) => ...,
 //   });
 import { z } from "zod";
@@ -48,6 +50,15 @@ export type Watch<C = unknown> = {
   keys?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>;
 };
 
+// A permission the function needs beyond what its watches read (get, list and watch on every watched
+// kind, which come with the watch): every write, and any read no watch covers. `why` is the comment
+// above the rule in the rendered RBAC. With `namespace` the rule goes into a Role there, else into the
+// function's ClusterRole. Only the grants on the cluster the function runs on become its RBAC; what it
+// does elsewhere is another identity's (a spoke function reaches the hub as its cluster's agent).
+// `role` puts the rule into a ClusterRole of its own, <function role>:<role>, for a grant that is
+// reviewed or withdrawn on its own (a work agent's execution rights).
+export type Grant = RbacRule & { cluster: string; namespace?: string; role?: string; why: string };
+
 export type Definition<C> = {
   name: string; // a DNS label: the function's Service, identity and Triggers are named after it
   // The settings, checked as the function starts; `env` reads them from the environment (func.yaml's
@@ -66,6 +77,7 @@ export type Definition<C> = {
   // later change brings its own event, so a stale copy that looks settled skips nothing a newer one
   // would not show.
   settled?: (object: KubeObject, io: Io<C>) => boolean;
+  writes?: (config: C) => readonly Grant[];
   reconcile: (io: Io<C>, key: Key) => Promise<Outcome>;
 };
 
@@ -75,8 +87,9 @@ export type MultiClusterFunction<C> = {
   definition: Definition<C>;
   spec: FunctionSpec<C>; // what the harness and the tests drive
   configFromEnv: (env: NodeJS.ProcessEnv) => C;
-  // The handler shared/cloudevents-server.ts (or faas-js-runtime) calls; the settings are read from the environment at the first event.
-  handle: (context: unknown, cloudevent?: unknown) => Promise<Reply>;
+  // The handler shared/cloudevents-server.ts (or faas-js-runtime) calls. The settings are read and
+  // checked here, before any server listens: a bad one throws a ConfigError naming its variable.
+  handler: (env?: NodeJS.ProcessEnv) => (context: unknown, cloudevent?: unknown) => Promise<Reply>;
   // func.yaml's deploy.subscriptions: what a Broker's Triggers must let through to this function.
   subscriptions: (config: C) => Subscription[];
   ticks: boolean; // whether resync ticks wake it
@@ -93,9 +106,12 @@ export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
     keys: (event, io) => keysOf(d, event, io),
     reconcile: d.reconcile,
   };
-  const handle = serve(spec, () => ioFromEnv(d.name, configFromEnv));
+  const handler = (env: NodeJS.ProcessEnv = process.env) => {
+    const io = ioFromEnv(d.name, configFromEnv, env);
+    return serve(spec, () => io);
+  };
   const ticks = !!d.resyncSeconds || d.resync !== undefined;
-  return { definition: d, spec, configFromEnv, handle, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks) };
+  return { definition: d, spec, configFromEnv, handler, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks) };
 }
 
 // Each top-level field of an object schema from its variable, missing ones left to the schema's defaults.
@@ -161,9 +177,9 @@ export function subscriptionsOf<C>(watches: readonly Watch<C>[], ticks: boolean)
   return subscriptions;
 }
 
-// The RBAC a function's watches need at the least: get, list and watch on every watched resource, per
-// cluster. A skeleton: what the reconcile writes is added by hand (`ocmf new function` starts from it).
-export type RbacRule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+// The RBAC a function's watches need: get, list and watch on every watched resource, per cluster
+// (cli/render/rbac.ts adds the definition's `writes`).
+export type RbacRule = { apiGroups?: string[]; resources?: string[]; resourceNames?: string[]; nonResourceURLs?: string[]; verbs: string[] };
 export function watchRules<C>(watches: readonly Watch<C>[]): Map<string, RbacRule[]> {
   const byCluster = new Map<string, Map<string, Set<string>>>();
   for (const w of watches) {

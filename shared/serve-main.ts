@@ -1,36 +1,46 @@
 // The program of a function bundle (dist/functions/<name>/index.js): our CloudEvents HTTP server
-// (./cloudevents-server.ts) around one function module's `handle`, so `node index.js` is the whole
-// container command. The bundle's entry is generated (dev/build/bundle.ts) as
-//   await serveFunction("<name>", () => import("functions/<name>/index.ts"))
-// and the import is dynamic so that a module which throws as it loads (a bad setting) is caught here:
-// one line on stderr and exit code 1, so the pod crash-loops visibly instead of answering 500.
+// (./cloudevents-server.ts) around one function's definition, the default export of its module. The
+// bundle's entry is generated (dev/build/bundle.ts), never written by hand:
+//   export const handle = await functionMain("<name>", () => import("functions/<name>/reconcile.ts"), import.meta.main)
+// The settings are read and checked before anything listens: a module that throws as it loads, or a bad
+// setting, ends the process with one line on stderr and exit code 1, so the pod crash-loops visibly
+// instead of answering 500. Run as the program (`node index.js`), it serves; loaded by another runtime
+// (faas-js-runtime's `func run`), it only exports `handle`, which that runtime serves.
 //   PORT   the port to listen on (Knative sets it; default 8080, the containerPort the manifests name)
 // The server answers /health/readiness and /health/liveness; on SIGTERM or SIGINT it stops accepting,
 // lets the events in flight be answered, and the process exits 0.
 import { startCloudEventServer, type EventHandler } from "./cloudevents-server.ts";
 import { configError, ConfigError } from "./function-env.ts";
 import { jsonLog } from "./harness.ts";
+import type { MultiClusterFunction } from "./sdk.ts";
 import { stopOnSignals } from "./stop-signals.ts";
 
-type FunctionModule = { handle: (...args: never[]) => unknown };
+type FunctionModule = { default?: MultiClusterFunction<any> };
+type Handle = ReturnType<MultiClusterFunction<unknown>["handler"]>;
 
 const DEFAULT_PORT = 8080;
 
-export async function serveFunction(name: string, load: () => Promise<FunctionModule>, env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  const log = jsonLog(name);
+export async function functionMain(name: string, load: () => Promise<FunctionModule>, main: boolean, env: NodeJS.ProcessEnv = process.env): Promise<Handle> {
   let port: number;
-  let module: FunctionModule;
+  let handle: Handle;
   try {
     port = portFrom(name, env.PORT);
-    module = await load();
+    const fn = (await load()).default;
+    if (!fn?.handler) throw new Error("the module's default export is not a function's definition (defineFunction)");
+    handle = fn.handler(env);
   } catch (err) {
     process.stderr.write(err instanceof ConfigError ? `${err.message}\n` : `${name}: not started: ${err instanceof Error ? err.stack : String(err)}\n`);
     process.exit(1);
   }
-  const handle = module.handle as unknown as EventHandler;
+  if (main) await listen(name, handle, port);
+  return handle;
+}
+
+async function listen(name: string, handle: Handle, port: number): Promise<void> {
+  const log = jsonLog(name);
   let server;
   try {
-    server = await startCloudEventServer(handle, { port, onError: (err) => log.error({ error: err instanceof Error ? err.stack : String(err) }, "handler threw") });
+    server = await startCloudEventServer(handle as EventHandler, { port, onError: (err) => log.error({ error: err instanceof Error ? err.stack : String(err) }, "handler threw") });
   } catch (err) {
     // a port in use, or not ours to take
     process.stderr.write(`${name}: not started: cannot listen on port ${port}: ${err instanceof Error ? err.message : String(err)}\n`);

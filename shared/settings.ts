@@ -52,3 +52,7 @@ export function spokeAgentSettingsFromEnv(env: NodeJS.ProcessEnv): z.input<typeo
 export const HubClusterSchema = HubSettingsSchema.pick({ hubCluster: true });
 export type HubCluster = z.infer<typeof HubClusterSchema>;
 export const hubClusterFromEnv = (env: NodeJS.ProcessEnv): HubCluster => HubClusterSchema.parse({ hubCluster: env.OCM_CLUSTER_NAME || "hub" });
+
+// The settings of a hub function, as a definition takes them: `...hubSettings` or `...hubClusterSettings`.
+export const hubSettings = { config: HubSettingsSchema, env: hubSettingsFromEnv };
+export const hubClusterSettings = { config: HubClusterSchema, env: hubClusterFromEnv };

@@ -24,7 +24,7 @@ import { ManifestWorkResource, type ManifestWork } from "../shared/api/work.ts";
 import { AddOnConditionType, AddOnDeploymentConfigV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../shared/api/addon.ts";
 import { deployWorkName } from "../shared/api/addon-strings.ts";
 import type { Io } from "../shared/harness.ts";
-import { spec, type Config } from "../functions/addon-manager/reconcile.ts";
+import fn, { type Config } from "../functions/addon-manager/reconcile.ts";
 import { testIo } from "./support/functions.ts";
 import { readyIdentity } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
@@ -81,7 +81,7 @@ beforeAll(async () => {
   // In the control plane's run directory: its guard reaps the process too if this one dies.
   manager = await startOcmHubProgram({ planeDir: ocmPlane.dir, name: "ocm-addon-manager", binary: programs.addon, command: "manager", kubeconfig, namespace: HUB_NAMESPACE });
 
-  io = testIo({ [OURS]: await readyIdentity(planes.get(OURS), spec.name, [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource, AddOnDeploymentConfigV1alpha1Resource]) }, { hubCluster: OURS });
+  io = testIo({ [OURS]: await readyIdentity(planes.get(OURS), fn.spec.name, [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource, AddOnDeploymentConfigV1alpha1Resource]) }, { hubCluster: OURS });
 
   for (const admin of [ocm, ours]) {
     await admin.create(ManagedClusterResource, { metadata: { name: CLUSTER }, spec: { hubAcceptsClient: true } });
@@ -139,7 +139,7 @@ const steps: { name: string; report: WorkReport; available: View["available"] }[
 describe("a template add-on's health beside OCM v1.2.0's add-on manager", () => {
   it("gives the same healthCheck mode Customized, the same work feedback rules, and the same Available (type, status, reason, message) as OCM for each work status: WorkNotApplied, NoProbeResult, ProbeAvailable, ProbeUnavailable for a Deployment and for a DaemonSet", { timeout: 300_000 }, async () => {
     // deployed: OCM's manager writes the work and the mode on its own; ours in one reconcile
-    await spec.reconcile(io, { cluster: OURS, namespace: CLUSTER, name: ADDON });
+    await fn.spec.reconcile(io, { cluster: OURS, namespace: CLUSTER, name: ADDON });
     await eventually(
       async () => {
         managerAlive();
@@ -155,7 +155,7 @@ describe("a template add-on's health beside OCM v1.2.0's add-on manager", () => 
     for (const step of steps) {
       await reportWork(ocm!, CLUSTER, WORK, step.report);
       await reportWork(ours!, CLUSTER, WORK, step.report);
-      await spec.reconcile(io, { cluster: OURS, namespace: CLUSTER, name: ADDON });
+      await fn.spec.reconcile(io, { cluster: OURS, namespace: CLUSTER, name: ADDON });
       await eventually(
         async () => {
           managerAlive();

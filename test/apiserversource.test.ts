@@ -10,7 +10,7 @@ import { KubeClient } from "../shared/kube/client.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { serve, type Io } from "../shared/harness.ts";
-import { spec, type Config } from "../functions/cluster-acceptor/reconcile.ts";
+import fn, { type Config } from "../functions/cluster-acceptor/reconcile.ts";
 import { startFunctionServer } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
 import { functionIo, startHub, type Hub } from "./support/fixtures.ts";
@@ -43,7 +43,7 @@ beforeAll(async () => {
   plane = await startHub(HUB);
   ({ cluster: hub, admin } = plane);
   // The function runs under its own identity; only the adapter uses the admin kubeconfig.
-  io = await functionIo(hub, spec.name, { hubCluster: HUB, autoApprovalUsers: [] }, [ManagedClusterResource]);
+  io = await functionIo(hub, fn.spec.name, { hubCluster: HUB, autoApprovalUsers: [] }, [ManagedClusterResource]);
 }, 300_000);
 
 afterAll(() => plane?.stop());
@@ -76,7 +76,7 @@ async function startAdapter(o: { mode: "Resource" | "Reference"; sink: string })
 
 // The function server, noting what arrives before the function handles it.
 async function startRecordingFunction(received: Received[]) {
-  const handle = serve(spec, () => io);
+  const handle = serve(fn.spec, () => io);
   return startFunctionServer(async (context, event) => {
     const e = event as Record<string, unknown>;
     received.push({ type: String(e.type), name: String(e.name), cluster: String(e.cluster), source: String(e.source) });

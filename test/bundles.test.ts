@@ -15,6 +15,8 @@ import { KubeClient } from "../shared/kube/client.ts";
 import { ClusterFinalizer, ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { identityFor, objectEvent, postEvent } from "./support/functions.ts";
+import { readFunctions } from "../cli/render/func-yaml.ts";
+import { functionEnv } from "../cli/render/objects.ts";
 import { eventually } from "./support/eventually.ts";
 
 const root = join(import.meta.dirname, "..");
@@ -159,13 +161,34 @@ describe("a bad setting stops a function bundle at start with one line naming th
     for (const [i, b] of functions.entries()) expect(lines[i], b.name).toEqual({ code: 1, output: expect.stringMatching(new RegExp(`^${b.name}: invalid configuration: [A-Z_]+\\b[^\\n]*$`)) });
   });
 
-  // faas-js-runtime stays a development dependency: a function's index.ts still loads under the
-  // Knative Functions runtime (`func run`), though no bundle carries it.
-  it("the function module throws as it loads when faas-js-runtime's CLI loads it from source", async () => {
-    const p = run([join(root, "node_modules/faas-js-runtime/bin/cli.js"), "functions/cluster-acceptor/index.ts"], { FUNC_PORT: String(await freePort()), OCM_CLUSTER_AUTO_APPROVAL_USERS: "=x" }, root);
-    // The runtime logs what the import threw and ends without a server (its exit code is 0).
-    await p.exit;
-    expect(p.output()).toContain("ConfigError: cluster-acceptor: invalid configuration: OCM_CLUSTER_AUTO_APPROVAL_USERS");
+  // faas-js-runtime stays a development dependency: no bundle carries it, but every function's built
+  // entry (generated from its definition, exporting `handle`) loads under the Knative Functions runtime's
+  // own CLI (`func run`), given its func.yaml settings, and is served by it rather than by ours.
+  it("every function bundle, given its func.yaml settings, is served by faas-js-runtime's own CLI: readiness answers, SIGTERM ends it with 0", async () => {
+    const cli = join(root, "node_modules/faas-js-runtime/bin/cli.js");
+    const kubeconfigs = join(work, "faas-kubeconfigs");
+    mkdirSync(kubeconfigs, { recursive: true });
+    const deployments = new Map(readFunctions().map((f) => [f.name, f]));
+    const functions = bundles.filter((b) => deployments.has(b.name));
+    expect(functions).toHaveLength(deployments.size);
+    for (const b of functions) {
+      const vars = functionEnv(deployments.get(b.name)!, { SPOKE_CLUSTER_NAME: "cluster1", SPOKE_EXTERNAL_SERVER_URLS: "https://127.0.0.1:6443" });
+      const port = await freePort();
+      const p = run([cli, b.file], { ...Object.fromEntries(vars.map((v) => [v.name, v.value])), OCM_KUBECONFIG_DIR: kubeconfigs, FUNC_PORT: String(port), FUNC_LOG_LEVEL: "error" });
+      await eventually(async () => {
+        expect(p.child.exitCode, `${b.name} ended: ${p.output()}`).toBeNull();
+        expect(await get(`http://127.0.0.1:${port}/health/readiness`), b.name).toEqual({ status: 200, body: "OK" });
+      });
+      // our server is not started beside it: the port is faas-js-runtime's, and the bundle's own (8080 by default) is not taken
+      p.child.kill("SIGTERM");
+      expect(await p.exit, `${b.name}: ${p.output()}`).toBe(0);
+    }
+  });
+
+  it("a bad setting ends the process with exit code 1 and one line when faas-js-runtime's CLI loads a function bundle", async () => {
+    const p = run([join(root, "node_modules/faas-js-runtime/bin/cli.js"), file("cluster-acceptor")], { FUNC_PORT: String(await freePort()), OCM_CLUSTER_AUTO_APPROVAL_USERS: "=x" });
+    expect(await p.exit).toBe(1);
+    expect(p.output().trim()).toMatch(/^cluster-acceptor: invalid configuration: OCM_CLUSTER_AUTO_APPROVAL_USERS\b[^\n]*$/);
   });
 });
 

@@ -19,7 +19,7 @@ import { ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
 import { findCondition, isTrue } from "../shared/conditions.ts";
 import { handleEvent, type Io } from "../shared/harness.ts";
-import { spec, type Config } from "../functions/cluster-acceptor/reconcile.ts";
+import fn, { type Config } from "../functions/cluster-acceptor/reconcile.ts";
 import { objectEvent } from "./support/functions.ts";
 import { functionIo } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
@@ -42,7 +42,7 @@ beforeAll(async () => {
   admins = { [OCM]: KubeClient.fromKubeconfig(ocmPlane.adminKubeconfig), [OURS]: KubeClient.fromKubeconfig(planes.get(OURS).adminKubeconfig) };
   await admins[OCM].create(NamespaceResource, { metadata: { name: "open-cluster-management-hub" } });
   controller = await startOcmHubProgram({ planeDir: ocmPlane.dir, name: "ocm-registration-controller", binary: programs.registration, command: "controller", kubeconfig: join(ocmPlane.dir, "admin.kubeconfig"), namespace: "open-cluster-management-hub" });
-  io = await functionIo(planes.get(OURS), spec.name, { hubCluster: OURS, autoApprovalUsers: [] }, [ManagedClusterResource, ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource]);
+  io = await functionIo(planes.get(OURS), fn.spec.name, { hubCluster: OURS, autoApprovalUsers: [] }, [ManagedClusterResource, ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource]);
 }, 180_000);
 
 afterAll(async () => {
@@ -53,7 +53,7 @@ afterAll(async () => {
 
 // On ours, the event a change produces, delivered to the function.
 async function deliver(object: KubeObject, verb: "add" | "update" | "delete" = "update"): Promise<void> {
-  const reply = await handleEvent(spec, io, objectEvent({ cluster: OURS, object, verb }));
+  const reply = await handleEvent(fn.spec, io, objectEvent({ cluster: OURS, object, verb }));
   expect(reply.statusCode, reply.body).toBe(204);
 }
 const typed = (r: { group: string; version: string; kind: string }, o: KubeObject): KubeObject => ({ apiVersion: `${r.group}/${r.version}`, kind: r.kind, ...o });

@@ -29,7 +29,7 @@ import { createOrUpdate } from "../shared/apply.ts";
 import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault, HubSecretKey, ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
 import { setCondition } from "../shared/conditions.ts";
-import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
+import clusterAcceptor, * as clusterAcceptorModule from "../functions/cluster-acceptor/reconcile.ts";
 import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../components/heartbeat/sidecar.ts";
 import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../components/heartbeat/schedule.ts";
 import { RebootstrapRequiredMessage } from "../components/heartbeat/health.ts";
@@ -41,7 +41,7 @@ let hubCluster: LocalCluster;
 let hubAdmin: KubeClient;
 let spokeAdmin: KubeClient;
 let spokeReader: KubeClient; // the sidecar's own identity on the spoke (manifests/rbac/heartbeat.yaml)
-let acceptorIo: Io<clusterAcceptor.Config>;
+let acceptorIo: Io<clusterAcceptorModule.Config>;
 const running = new Set<Heartbeat>();
 
 beforeAll(async () => {
@@ -53,7 +53,7 @@ beforeAll(async () => {
   spokeReader = KubeClient.fromKubeconfig(await identityFor(local.get("spoke"), "heartbeat"));
   acceptorIo = {
     clock: systemClock,
-    config: clusterAcceptor.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers: [] }),
+    config: clusterAcceptor.definition.config.parse({ hubCluster: "hub", autoApprovalUsers: [] }),
     log: jsonLog("cluster-acceptor", "quiet"),
     cluster: clientsFromKubeconfigs({ hub: await identityFor(hubCluster, "cluster-acceptor") }),
   };
@@ -122,7 +122,7 @@ async function createCluster(c: Joined, leaseDurationSeconds: number): Promise<v
 
 // The acceptor's reconcile, retried as its event source would retry a 503 (a fresh API server answers
 // 429 while a CRD's storage initialises).
-const accept = (c: Joined) => eventually(() => clusterAcceptor.reconcile(acceptorIo, { cluster: "hub", name: c.name }));
+const accept = (c: Joined) => eventually(() => clusterAcceptorModule.reconcile(acceptorIo, { cluster: "hub", name: c.name }));
 
 const lease = (c: Joined) => hubAdmin.get<Lease>(LeaseResource, ManagedClusterLeaseName, c.name);
 const managedCluster = async (c: Joined) => (await hubAdmin.get<ManagedCluster>(ManagedClusterResource, c.name))!;

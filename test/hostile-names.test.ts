@@ -31,17 +31,17 @@ import {
 } from "../shared/api/cluster.ts";
 import { AddOnLabel, ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
-import * as clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
-import * as csrApprover from "../functions/csr-approver/reconcile.ts";
-import * as clusterLeaseMonitor from "../functions/cluster-lease-monitor/reconcile.ts";
-import * as clusterTaints from "../functions/cluster-taints/reconcile.ts";
-import * as addonInstaller from "../functions/addon-installer/reconcile.ts";
-import * as addonManager from "../functions/addon-manager/reconcile.ts";
-import * as addonCsrApprover from "../functions/addon-csr-approver/reconcile.ts";
-import * as addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
-import * as clusterSets from "../functions/cluster-sets/reconcile.ts";
-import * as placementScheduler from "../functions/placement-scheduler/reconcile.ts";
-import * as agentConfigRollout from "../functions/agent-config-rollout/reconcile.ts";
+import clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
+import csrApprover from "../functions/csr-approver/reconcile.ts";
+import clusterLeaseMonitor from "../functions/cluster-lease-monitor/reconcile.ts";
+import clusterTaints from "../functions/cluster-taints/reconcile.ts";
+import addonInstaller from "../functions/addon-installer/reconcile.ts";
+import addonManager from "../functions/addon-manager/reconcile.ts";
+import addonCsrApprover from "../functions/addon-csr-approver/reconcile.ts";
+import addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
+import clusterSets from "../functions/cluster-sets/reconcile.ts";
+import placementScheduler from "../functions/placement-scheduler/reconcile.ts";
+import agentConfigRollout from "../functions/agent-config-rollout/reconcile.ts";
 import { AgentConfigResource } from "../shared/api/agent-config.ts";
 import { identityFor, objectEvent, testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
@@ -66,7 +66,7 @@ const hubConfig = { hubCluster: HUB, autoApprovalUsers: [] };
 const subjects: Subject[] = [
   { spec: clusterAcceptor.spec, config: hubConfig, watched: [cluster, work, { resource: RoleBindingResource, name: `open-cluster-management:managedcluster:${VICTIM}:registration` }, { resource: ClusterRoleResource, name: `open-cluster-management:managedcluster:${VICTIM}` }] },
   { spec: csrApprover.spec, config: hubConfig, watched: [csr] },
-  { spec: clusterLeaseMonitor.spec, config: clusterLeaseMonitor.ConfigSchema.parse({ hubCluster: HUB }), watched: [cluster, { resource: LeaseResource, name: "managed-cluster-lease" }] },
+  { spec: clusterLeaseMonitor.spec, config: clusterLeaseMonitor.definition.config.parse({ hubCluster: HUB }), watched: [cluster, { resource: LeaseResource, name: "managed-cluster-lease" }] },
   { spec: clusterTaints.spec, config: { hubCluster: HUB }, watched: [cluster] },
   { spec: addonInstaller.spec, config: { hubCluster: HUB }, watched: [cma, addon, placement, decision] },
   { spec: addonManager.spec, config: { hubCluster: HUB }, watched: [addon, cma, cluster, work] },

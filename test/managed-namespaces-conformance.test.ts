@@ -17,7 +17,7 @@ import { NamespaceResource } from "../shared/api/kube.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, type ManagedCluster, type ManagedClusterSet } from "../shared/api/cluster.ts";
 import { handleEvent, type Io } from "../shared/harness.ts";
-import { spec, type Config } from "../functions/cluster-sets/reconcile.ts";
+import fn, { type Config } from "../functions/cluster-sets/reconcile.ts";
 import { objectEvent, testIo } from "./support/functions.ts";
 import { readyIdentity } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
@@ -44,7 +44,7 @@ beforeAll(async () => {
   await ocm.create(NamespaceResource, { metadata: { name: "open-cluster-management-hub" } });
   // In the control plane's run directory: its guard reaps the process too if this one dies.
   controller = await startOcmHubProgram({ planeDir: ocmPlane.dir, name: "ocm-registration-controller", binary: programs.registration, command: "controller", kubeconfig: join(ocmPlane.dir, "admin.kubeconfig"), namespace: "open-cluster-management-hub" });
-  io = testIo({ [OURS]: await readyIdentity(ourPlanes.get(OURS), spec.name, [ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource]) }, { hubCluster: OURS });
+  io = testIo({ [OURS]: await readyIdentity(ourPlanes.get(OURS), fn.spec.name, [ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource]) }, { hubCluster: OURS });
 }, 180_000);
 
 afterAll(async () => {
@@ -76,7 +76,7 @@ type Expected = Record<string, Entry[] | undefined>; // cluster → its list; un
 
 // Our function, told of a change as the event source would tell it.
 async function deliver(object: KubeObject, verb: "add" | "update" | "delete", kind: string, apiVersion: string): Promise<void> {
-  const reply = await handleEvent(spec, io, objectEvent({ cluster: OURS, verb, mode: verb === "delete" ? "ref" : "resource", object: { ...object, apiVersion, kind } }));
+  const reply = await handleEvent(fn.spec, io, objectEvent({ cluster: OURS, verb, mode: verb === "delete" ? "ref" : "resource", object: { ...object, apiVersion, kind } }));
   expect(reply.statusCode, reply.body).toBe(204);
 }
 const SET_API = `${ManagedClusterSetResource.group}/${ManagedClusterSetResource.version}`;

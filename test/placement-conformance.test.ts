@@ -36,7 +36,7 @@ import {
   type Taint,
 } from "../shared/api/cluster.ts";
 import type { Io } from "../shared/harness.ts";
-import { spec, type Config } from "../functions/placement-scheduler/reconcile.ts";
+import fn, { type Config } from "../functions/placement-scheduler/reconcile.ts";
 import { testIo } from "./support/functions.ts";
 import { readyIdentity } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
@@ -88,7 +88,7 @@ beforeAll(async () => {
   await barrier("ready", 0, 60_000);
 
   const resources = [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource];
-  io = testIo({ [OURS]: await readyIdentity(planes.get(OURS), spec.name, resources) }, { hubCluster: OURS });
+  io = testIo({ [OURS]: await readyIdentity(planes.get(OURS), fn.spec.name, resources) }, { hubCluster: OURS });
 }, 180_000);
 
 afterAll(async () => {
@@ -362,7 +362,7 @@ class Scene {
   }
 
   async patchPlacement(name: string, specPatch: Record<string, unknown>): Promise<void> {
-    this.note(`placement ${name} spec patched`, specPatch);
+    this.note(`placement ${name} fn.spec patched`, specPatch);
     this.dirty.add(name);
     await this.onBoth((h) => h.admin.patch(PlacementResource, name, { spec: specPatch }, { namespace: this.ns }));
   }
@@ -374,7 +374,7 @@ class Scene {
     let before = JSON.stringify(await snapshot(ours!, this.ns, this.placements, `${this.id}-`));
     for (let pass = 1; ; pass++) {
       for (const name of run) {
-        const outcome = await spec.reconcile(io, { cluster: OURS, namespace: this.ns, name });
+        const outcome = await fn.spec.reconcile(io, { cluster: OURS, namespace: this.ns, name });
         if ("recheckInMs" in outcome) this.rechecks.set(name, Date.now() + outcome.recheckInMs);
         else this.rechecks.delete(name);
       }

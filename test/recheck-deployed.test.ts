@@ -21,7 +21,7 @@ import { findCondition, setCondition } from "../shared/conditions.ts";
 import { microTime } from "../shared/clock.ts";
 import { serve } from "../shared/harness.ts";
 import { KubeClient } from "../shared/kube/client.ts";
-import { spec, configFromEnv } from "../functions/cluster-lease-monitor/reconcile.ts";
+import leaseMonitor, { configFromEnv } from "../functions/cluster-lease-monitor/reconcile.ts";
 import { testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
 import { startHub, type Hub } from "./support/fixtures.ts";
@@ -43,9 +43,9 @@ const relays: Relay[] = [];
 // What `ocmf render hub` gives the monitor: its Knative Service's env and its relay's configuration.
 function rendered(): { env: Env; relayConfig: RelayConfigInput } {
   const objects = renderHub();
-  const service = objects.find((o) => o.kind === "Service" && o.metadata.name === spec.name)!;
-  const source = objects.find((o) => o.kind === "ContainerSource" && o.metadata.name === hubRelayName(spec.name));
-  if (!source) throw new Error(`the render has no ContainerSource ${hubRelayName(spec.name)}`);
+  const service = objects.find((o) => o.kind === "Service" && o.metadata.name === leaseMonitor.spec.name)!;
+  const source = objects.find((o) => o.kind === "ContainerSource" && o.metadata.name === hubRelayName(leaseMonitor.spec.name));
+  if (!source) throw new Error(`the render has no ContainerSource ${hubRelayName(leaseMonitor.spec.name)}`);
   const env = (service.spec as { template: { spec: { containers: Container[] } } }).template.spec.containers[0]!.env;
   const relayEnv = (source.spec as { template: { spec: { containers: Container[] } } }).template.spec.containers[0]!.env;
   return { env, relayConfig: parse(relayEnv.find((e) => e.name === "OCM_RELAY_CONFIG")!.value) as RelayConfigInput };
@@ -73,8 +73,8 @@ beforeAll(async () => {
   ({ cluster: hub, admin } = plane);
   const { env } = rendered();
   const config = configFromEnv(Object.fromEntries(env.map((e) => [e.name, e.value])));
-  const io = testIo({ [HUB]: await identityFor(hub, spec.name) }, config);
-  fn = await startFunctionServer(serve(spec, () => io));
+  const io = testIo({ [HUB]: await identityFor(hub, leaseMonitor.spec.name) }, config);
+  fn = await startFunctionServer(serve(leaseMonitor.spec, () => io));
   dropper = await startDropper(fn.url);
 });
 

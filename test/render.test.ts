@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
 import { isRelayFed, isSpokeRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
 import { BootstrapServiceAccount, hubRelayName } from "../cli/render/hub.ts";
-import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
+import { triggerFilters, VisibilityLabel, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
 import { derivedSubscriptions } from "../cli/render/subscriptions.ts";
@@ -130,6 +130,11 @@ describe("a render", () => {
     expect(service.spec.template.metadata.annotations["autoscaling.knative.dev/min-scale"]).toBe(String(f.deploy.options?.scale?.min ?? 0));
     const bindings = objects.filter((o) => o.kind.endsWith("Binding") && (o.subjects as { name: string }[] | undefined)?.some((s) => s.name === f.deploy.serviceAccountName));
     expect(bindings.length).toBeGreaterThan(0);
+  });
+
+  it.each(functions)("keeps $name's Knative Service cluster-local, off the public ingress", ({ name, objects }) => {
+    const service = of<KService>(objects, "Service").find((s) => s.metadata.name === name && s.apiVersion === "serving.knative.dev/v1")!;
+    expect(service.metadata.labels?.[VisibilityLabel]).toBe("cluster-local");
   });
 
   it("lets the hub's ApiServerSource account get, list and watch exactly what the source watches", () => {

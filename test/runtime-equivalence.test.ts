@@ -7,12 +7,9 @@
 //
 // Where the two servers differ on the way to the function, the second test pins it: a request that is
 // not a CloudEvent (shared/cloudevents-server.ts's header says why ours answers 400), and the CORS
-// headers faas-js-runtime adds. The third holds every function's entry loadable by faas-js-runtime.
+// headers faas-js-runtime adds. test/bundles.test.ts holds every function's built entry loadable by
+// faas-js-runtime's own CLI.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import type { Server } from "node:http";
@@ -22,12 +19,8 @@ import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, Man
 import { findCondition, setCondition } from "../shared/conditions.ts";
 import { manualClock, microTime } from "../shared/clock.ts";
 import { serve, type Io } from "../shared/harness.ts";
-import { spec, type Config, type Lease } from "../functions/cluster-lease-monitor/reconcile.ts";
+import fn, { type Config, type Lease } from "../functions/cluster-lease-monitor/reconcile.ts";
 import { freePort } from "../dev/control-plane/clusters.ts";
-import { functionNames } from "../dev/build/bundle.ts";
-import { readFunctions } from "../cli/render/func-yaml.ts";
-import { functionEnv } from "../cli/render/objects.ts";
-import { eventually } from "./support/eventually.ts";
 import { objectEvent, startFunctionServer, testIo, tickEvent } from "./support/functions.ts";
 import type { FunctionServer } from "../dev/local/functions.ts";
 import { readyIdentity, startHub, type Hub } from "./support/fixtures.ts";
@@ -48,7 +41,7 @@ let kubeconfig: string;
 beforeAll(async () => {
   plane = await startHub(HUB);
   admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, spec.name, [ManagedClusterResource, LeaseResource]);
+  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [ManagedClusterResource, LeaseResource]);
 });
 
 afterAll(() => plane?.stop());
@@ -56,7 +49,7 @@ afterAll(() => plane?.stop());
 // The function behind faas-js-runtime's real server, on a free port (it listens on every interface).
 async function startFaas(io: Io<Config>): Promise<FunctionServer> {
   const port = await freePort();
-  const server = await faasStart({ handle: serve(spec, () => io) }, { port, logLevel: "silent", config: fileURLToPath(new URL("../functions/cluster-lease-monitor", import.meta.url)) });
+  const server = await faasStart({ handle: serve(fn.spec, () => io) }, { port, logLevel: "silent", config: fileURLToPath(new URL("../functions/cluster-lease-monitor", import.meta.url)) });
   const close = () =>
     new Promise<void>((resolve) => {
       server.close(() => resolve());
@@ -128,7 +121,7 @@ describe("faas-js-runtime's server and ours answer one function alike", () => {
     const [a, b] = [`faas-${suffix()}`, `ours-${suffix()}`];
     await Promise.all([seed(a, clock, 60), seed(b, clock, 60)]);
     const faas = await startFaas(testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: 5 }, clock));
-    const ours = await startFunctionServer(serve(spec, () => testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: 5 }, clock)));
+    const ours = await startFunctionServer(serve(fn.spec, () => testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: 5 }, clock)));
     try {
       // Each step: the same event (for that server's own cluster) to both, then the expected answer.
       const steps: { name: string; event: (c: string) => Promise<Record<string, unknown>>; then: Answer }[] = [
@@ -168,7 +161,7 @@ describe("faas-js-runtime's server and ours answer one function alike", () => {
   it("differs where shared/cloudevents-server.ts says: a request that is not a CloudEvent is our 400 but faas-js-runtime's 500 or a call with the bare body, and faas-js-runtime adds CORS headers", async () => {
     const clock = manualClock();
     const faas = await startFaas(testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: 5 }, clock));
-    const ours = await startFunctionServer(serve(spec, () => testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: 5 }, clock)));
+    const ours = await startFunctionServer(serve(fn.spec, () => testIo({ [HUB]: kubeconfig }, { hubCluster: HUB, leaseGraceMultiplier: 5 }, clock)));
     try {
       // ce-* headers without the required source: ours refuses it with the reason; faas-js-runtime's
       // cloudevents validation throws, which fastify answers 500 (a Broker would retry it forever).
@@ -189,44 +182,6 @@ describe("faas-js-runtime's server and ours answer one function alike", () => {
       expect(Object.keys(await raw(ours.url)).filter((h) => h.startsWith("access-control-"))).toEqual([]);
     } finally {
       await Promise.all([faas.close(), ours.close()]);
-    }
-  });
-});
-
-describe("faas-js-runtime loads every function's entry", () => {
-  // `func run` hands functions/<name>/index.ts to faas-js-runtime's CLI, with func.yaml's env.
-  it("every functions/<name>/index.ts, given its func.yaml settings, loads under faas-js-runtime's own CLI and answers its readiness probe", async () => {
-    const cli = fileURLToPath(new URL("../node_modules/faas-js-runtime/bin/cli.js", import.meta.url));
-    const root = fileURLToPath(new URL("..", import.meta.url));
-    const kubeconfigs = mkdtempSync(join(tmpdir(), "runtime-equivalence-"));
-    const names = functionNames();
-    expect(names.length).toBeGreaterThan(0);
-    const deployments = new Map(readFunctions().map((f) => [f.name, f]));
-    try {
-      for (const name of names) {
-        const vars = functionEnv(deployments.get(name)!, { SPOKE_CLUSTER_NAME: "cluster1", SPOKE_EXTERNAL_SERVER_URLS: "https://127.0.0.1:6443" });
-        const port = await freePort();
-        const env = { PATH: process.env.PATH, ...Object.fromEntries(vars.map((v) => [v.name, v.value])), OCM_KUBECONFIG_DIR: kubeconfigs, FUNC_PORT: String(port), FUNC_LOG_LEVEL: "error" };
-        const child = spawn(process.execPath, [cli, `functions/${name}/index.ts`], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
-        let output = "";
-        child.stdout.on("data", (d: Buffer) => (output += d));
-        child.stderr.on("data", (d: Buffer) => (output += d));
-        const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-        try {
-          await eventually(async () => {
-            expect(child.exitCode, `${name} ended: ${output}`).toBeNull();
-            const res = await fetch(`http://127.0.0.1:${port}/health/readiness`);
-            expect([res.status, await res.text()], name).toEqual([200, "OK"]);
-          });
-          // faas-js-runtime's own signal handler closes the server and ends the process with 0
-          child.kill("SIGTERM");
-          expect(await exited, `${name}: ${output}`).toBe(0);
-        } finally {
-          child.kill("SIGKILL");
-        }
-      }
-    } finally {
-      rmSync(kubeconfigs, { recursive: true, force: true });
     }
   });
 });

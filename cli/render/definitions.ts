@@ -1,51 +1,27 @@
-// Every function's definition (shared/sdk.ts), by name: what cli/render and local mode derive each
-// function's subscriptions, event sources and watch RBAC from.
+// Every function's definition (shared/sdk.ts), found by reading functions/: each folder with a
+// func.yaml holds a function whose definition is the default export of its reconcile.ts. What
+// cli/render, local mode, the build and the tests derive each function from; no list is kept by hand.
 import type { MultiClusterFunction } from "../../shared/sdk.ts";
-import { fn as addonClusterLabel } from "../../functions/addon-cluster-label/reconcile.ts";
-import { fn as addonCsrApprover } from "../../functions/addon-csr-approver/reconcile.ts";
-import { fn as addonHealth } from "../../functions/addon-health/reconcile.ts";
-import { fn as addonInstaller } from "../../functions/addon-installer/reconcile.ts";
-import { fn as addonManager } from "../../functions/addon-manager/reconcile.ts";
-import { fn as addonRegistration } from "../../functions/addon-registration/reconcile.ts";
-import { fn as agentConfig } from "../../functions/agent-config/reconcile.ts";
-import { fn as agentConfigRollout } from "../../functions/agent-config-rollout/reconcile.ts";
-import { fn as clusterAcceptor } from "../../functions/cluster-acceptor/reconcile.ts";
-import { fn as clusterLeaseMonitor } from "../../functions/cluster-lease-monitor/reconcile.ts";
-import { fn as clusterSets } from "../../functions/cluster-sets/reconcile.ts";
-import { fn as clusterTaints } from "../../functions/cluster-taints/reconcile.ts";
-import { fn as csrApprover } from "../../functions/csr-approver/reconcile.ts";
-import { fn as placementScheduler } from "../../functions/placement-scheduler/reconcile.ts";
-import { fn as spokeClusterStatus } from "../../functions/spoke-cluster-status/reconcile.ts";
-import { fn as spokeRegistration } from "../../functions/spoke-registration/reconcile.ts";
-import { fn as workApplier } from "../../functions/work-applier/reconcile.ts";
+import { readFunctions } from "./func-yaml.ts";
 
 // Each definition has a config type of its own; callers get the config from its configFromEnv.
 type AnyFunction = MultiClusterFunction<any>;
 
-const all: readonly AnyFunction[] = [
-  addonClusterLabel,
-  addonCsrApprover,
-  addonHealth,
-  addonInstaller,
-  addonManager,
-  addonRegistration,
-  agentConfig,
-  agentConfigRollout,
-  clusterAcceptor,
-  clusterLeaseMonitor,
-  clusterSets,
-  clusterTaints,
-  csrApprover,
-  placementScheduler,
-  spokeClusterStatus,
-  spokeRegistration,
-  workApplier,
-];
-export const definitions: ReadonlyMap<string, AnyFunction> = new Map(all.map((f) => [f.definition.name, f]));
+// The import names the file with a pattern, so the CLI's bundle holds every function's module.
+const loaded = await Promise.all(
+  readFunctions().map(async (f) => {
+    const module = (await import(`../../functions/${f.name}/reconcile.ts`)) as { default?: AnyFunction };
+    const fn = module.default;
+    if (!fn?.definition) throw new Error(`functions/${f.name}/reconcile.ts has no default export made by defineFunction`);
+    if (fn.definition.name !== f.name) throw new Error(`functions/${f.name}/reconcile.ts defines the function ${fn.definition.name}`);
+    return fn;
+  }),
+);
+export const definitions: ReadonlyMap<string, AnyFunction> = new Map(loaded.map((f) => [f.definition.name, f]));
 
 export function definitionOf(name: string): AnyFunction {
   const fn = definitions.get(name);
-  if (!fn) throw new Error(`functions/${name} has no definition in cli/render/definitions.ts`);
+  if (!fn) throw new Error(`no functions/${name}/reconcile.ts`);
   return fn;
 }
 

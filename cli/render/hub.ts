@@ -6,6 +6,7 @@ import { PingSourceType } from "../../shared/events.ts";
 import { stringify } from "yaml";
 import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
 import { watchesOf } from "./definitions.ts";
+import { deployedRoles } from "./rbac.ts";
 import { labelSelectorObject, mergeWatches } from "./sources.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
@@ -176,7 +177,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
   ];
   for (const f of fns) {
     objects.push(
-      ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name, relocate: { [HubNamespaceDefault]: ns } }),
+      ...identity({ account: f.deploy.serviceAccountName, namespace: ns, roles: deployedRoles(f), relocate: { [HubNamespaceDefault]: ns } }),
       ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
       ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o)),
     );

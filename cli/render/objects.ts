@@ -72,13 +72,14 @@ export const namespace = (name: string): Manifest => ({ apiVersion: "v1", kind: 
 
 const rbacApi = "rbac.authorization.k8s.io/v1";
 
-// A ServiceAccount and the roles of manifests/rbac/<file>.yaml bound to it: a ClusterRoleBinding per
-// ClusterRole, a RoleBinding per Role (in the Role's namespace), each named after its role. `relocate`
-// moves Roles written for a default namespace to the one being rendered.
-export function identity(o: { account: string; namespace: string; rbacFile: string; relocate?: Readonly<Record<string, string>> }): Manifest[] {
+// A ServiceAccount and its roles bound to it (a function's from its definition, cli/render/rbac.ts; a
+// component's from manifests/rbac/<component>.yaml): a ClusterRoleBinding per ClusterRole, a RoleBinding
+// per Role (in the Role's namespace), each named after its role. `relocate` moves Roles written for a
+// default namespace to the one being rendered.
+export function identity(o: { account: string; namespace: string; roles: readonly Manifest[]; relocate?: Readonly<Record<string, string>> }): Manifest[] {
   const subjects = [{ kind: "ServiceAccount", name: o.account, namespace: o.namespace }];
   const out: Manifest[] = [{ apiVersion: "v1", kind: "ServiceAccount", metadata: { name: o.account, namespace: o.namespace } }];
-  for (const doc of readManifests("rbac", `${o.rbacFile}.yaml`)) {
+  for (const doc of o.roles) {
     const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: doc.kind, name: doc.metadata.name };
     if (doc.kind === "ClusterRole") {
       out.push(doc, { apiVersion: rbacApi, kind: "ClusterRoleBinding", metadata: { name: doc.metadata.name }, roleRef, subjects });
@@ -86,7 +87,7 @@ export function identity(o: { account: string; namespace: string; rbacFile: stri
       const ns = o.relocate?.[doc.metadata.namespace!] ?? doc.metadata.namespace!;
       out.push({ ...doc, metadata: { ...doc.metadata, namespace: ns } });
       out.push({ apiVersion: rbacApi, kind: "RoleBinding", metadata: { name: doc.metadata.name, namespace: ns }, roleRef, subjects });
-    } else throw new Error(`manifests/rbac/${o.rbacFile}.yaml: unexpected kind ${doc.kind}`);
+    } else throw new Error(`the roles of ${o.account}: unexpected kind ${doc.kind}`);
   }
   return out;
 }
@@ -133,13 +134,18 @@ export function functionContainer(f: FunctionDeployment, o: ContainerOptions) {
   };
 }
 
-// The Knative Service of one function: scale to zero unless func.yaml's scale says otherwise.
+// Knative's label that keeps a route off the public ingress: only cluster-local hosts reach it.
+export const VisibilityLabel = "networking.knative.dev/visibility";
+
+// The Knative Service of one function: scale to zero unless func.yaml's scale says otherwise. Cluster-
+// local, since its callers (the Broker's filter, a relay) are in the cluster, and a public route would
+// let whoever reaches the ingress hand the function events.
 export function knativeService(f: FunctionDeployment, o: ContainerOptions & { namespace: string }): Manifest {
   const scale = f.deploy.options?.scale;
   return {
     apiVersion: "serving.knative.dev/v1",
     kind: "Service",
-    metadata: { name: f.name, namespace: o.namespace },
+    metadata: { name: f.name, namespace: o.namespace, labels: { [VisibilityLabel]: "cluster-local" } },
     spec: {
       template: {
         metadata: {

@@ -7,6 +7,7 @@ import { BootstrapSecretName, HubSecretKey } from "../../shared/api/registration
 import { RelayConfigSchema, agentSettingsCheckpoint, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
 import { isSpokeRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
 import { watchesOf } from "./definitions.ts";
+import { deployedRoles } from "./rbac.ts";
 import { mergeWatches } from "./sources.ts";
 import {
   broker,
@@ -21,6 +22,7 @@ import {
   functionWorkload,
   namespace,
   ocmCrds,
+  readManifests,
   triggers,
   withPartOf,
   type CommonOptions,
@@ -161,15 +163,15 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
     });
   for (const f of fns) {
     objects.push(
-      ...identity({ account: f.deploy.serviceAccountName, namespace: ns, rbacFile: f.name }),
+      ...identity({ account: f.deploy.serviceAccountName, namespace: ns, roles: deployedRoles(f) }),
       ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
       ...(isSpokeRelayFed(f) ? [] : triggers(f, ns, o)),
     );
   }
   objects.push(
-    ...identity({ account: RelayAccount, namespace: ns, rbacFile: "relay-spoke" }),
+    ...identity({ account: RelayAccount, namespace: ns, roles: readManifests("rbac", "relay-spoke.yaml") }),
     relay({ ...o, ns, config, brokerName }),
-    ...identity({ account: HeartbeatAccount, namespace: ns, rbacFile: "heartbeat" }),
+    ...identity({ account: HeartbeatAccount, namespace: ns, roles: readManifests("rbac", "heartbeat.yaml") }),
     heartbeat({ ...o, ns, clusterName }),
   );
   return objects.map(withPartOf);

@@ -48,10 +48,15 @@ const fn = defineFunction({
     ...c.targets.map((cluster) => ({ cluster, resource: ConfigMapResource, labelSelector: `${CopyLabel}=copy`, root: true, keys: copyAndSource })),
   ],
   resyncSeconds: 300, // every root object again every 5 minutes, in case an event was lost
+  // What it may do beyond reading what it watches: its RBAC is made from the watches and these.
+  writes: (c) =>
+    c.targets.flatMap((cluster) => [
+      { cluster, why: "the copies: created, sealed (patch), updated and deleted", apiGroups: [""], resources: ["configmaps"], verbs: ["create", "patch", "update", "delete"] },
+      { cluster, why: "a copy's namespace, when the target lacks it", apiGroups: [""], resources: ["namespaces"], verbs: ["get", "create"] },
+    ]),
   reconcile,
 });
 export default fn;
-export const handle = fn.handle; // the CloudEvent handler the deployed function serves
 
 // A copy has its source's namespace and name, so its source's key needs no lookup.
 function copyAndSource(event: ObjectEvent, io: Io<Config>): Key[] {

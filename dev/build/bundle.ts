@@ -12,7 +12,7 @@
 // for Node's built-ins, so the banner makes one with createRequire. External are only the
 // optional packages that ws and debug try to load inside try/catch and do without when missing.
 // The CLI carries the files its render reads (renderSources below), so `ocmf render` works anywhere.
-import { mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
@@ -43,12 +43,13 @@ export type BundleResult = {
 export function functionNames(root = repoRoot): string[] {
   const dir = join(root, "functions");
   return readdirSync(dir)
-    .filter((name) => statSync(join(dir, name, "index.ts"), { throwIfNoEntry: false })?.isFile())
+    .filter((name) => statSync(join(dir, name, "reconcile.ts"), { throwIfNoEntry: false })?.isFile())
     .sort();
 }
 
-// A function's entry exists only at build time: our CloudEvents server (shared/serve-main.ts) around
-// its index.ts, whose `handle` is all the server needs.
+// A function's entry exists only at build time, made from its folder's name: our CloudEvents server
+// (shared/serve-main.ts) around the definition its reconcile.ts exports by default. It also exports
+// `handle`, so faas-js-runtime (Knative Functions' Node runtime) can load the same file.
 const FUNCTION_ENTRY = "ocm-function:";
 function functionEntries(root: string): Plugin {
   return {
@@ -59,8 +60,8 @@ function functionEntries(root: string): Plugin {
         resolveDir: root,
         loader: "ts",
         contents: [
-          'import { serveFunction } from "./shared/serve-main.ts";',
-          `await serveFunction(${JSON.stringify(args.path)}, () => import(${JSON.stringify(`./functions/${args.path}/index.ts`)}));`,
+          'import { functionMain } from "./shared/serve-main.ts";',
+          `export const handle = await functionMain(${JSON.stringify(args.path)}, () => import(${JSON.stringify(`./functions/${args.path}/reconcile.ts`)}), import.meta.main);`,
         ].join("\n"),
       }));
     },
@@ -183,6 +184,8 @@ export async function bundle(o: { outdir: string }): Promise<{ bundles: BundleRe
     // the parser, not the Kubernetes client.
     build({ ...common, entryPoints: [cli], splitting: true, chunkNames: "cli/chunks/[name]-[hash]", plugins: [renderSources(root)] }),
   ]);
+  // Every bundle is an ES module: this says so to whatever loads dist/ by its package type (faas-js-runtime does).
+  writeFileSync(join(o.outdir, "package.json"), '{ "type": "module" }\n');
   const ms = performance.now() - started;
   return { bundles: [...programs.map((e) => describe(single.metafile, root, e)), describe(split.metafile, root, cli)], ms };
 }

@@ -1,21 +1,37 @@
-// Least-privilege identities for functions on local clusters: the RBAC of manifests/rbac/<fn>.yaml,
-// bound to a user named after the function, with a client certificate from the cluster's CA.
-import { readFileSync } from "node:fs";
+// Least-privilege identities on local clusters, bound to a user named after what they are for, with a
+// client certificate from the cluster's CA. A function's roles come from its definition, as `ocmf render`
+// makes them (cli/render/rbac.ts, with func.yaml's default settings); a component's (relay, heartbeat)
+// from manifests/rbac/<name>.yaml.
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource, RoleResource } from "../../shared/api/kube.ts";
 import { createOrUpdate } from "../../shared/apply.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
+import { readFunctions } from "../../cli/render/func-yaml.ts";
+import { functionEnv } from "../../cli/render/objects.ts";
+import { deployedRoles } from "../../cli/render/rbac.ts";
+import { spokeEnvValues } from "../../cli/render/spoke.ts";
 import type { LocalCluster } from "./clusters.ts";
 
 const rbacDir = join(import.meta.dirname, "..", "..", "manifests", "rbac");
 
-// `rbacFile`: another file than manifests/rbac/<fn>.yaml (a user's function, an example).
-export async function identityFor(cluster: LocalCluster, fn: string, suffix = "", rbacFile = join(rbacDir, `${fn}.yaml`)): Promise<string> {
+type RoleDoc = KubeObject & { rules?: unknown };
+
+export function rolesOf(name: string, rbacFile?: string): RoleDoc[] {
+  const file = rbacFile ?? join(rbacDir, `${name}.yaml`);
+  if (rbacFile || existsSync(file)) return parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS() as RoleDoc);
+  const f = readFunctions().find((f) => f.name === name);
+  if (!f) throw new Error(`no function or component named ${name}: no functions/${name}/ and no manifests/rbac/${name}.yaml`);
+  return deployedRoles({ name, env: functionEnv(f, f.side === "spoke" ? spokeEnvValues({}) : {}) }) as RoleDoc[];
+}
+
+// `rbacFile`: roles from this file instead (a user's function, an example).
+export async function identityFor(cluster: LocalCluster, fn: string, suffix = "", rbacFile?: string): Promise<string> {
   const admin = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
   const user = `ocm-functions:${fn}${suffix}`;
   const subjects = [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: user }];
-  const docs = parseAllDocuments(readFileSync(rbacFile, "utf8")).map((d) => d.toJS() as KubeObject & { rules?: unknown });
+  const docs = rolesOf(fn, rbacFile);
   try {
     for (const doc of docs) {
       const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: doc.kind, name: doc.metadata.name };

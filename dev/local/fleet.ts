@@ -16,30 +16,14 @@ import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } f
 import { startRelay, type Relay, type RelayOptions } from "../../components/relay/relay.ts";
 import { agentSettingsCheckpoint, hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
-import { readFunctions } from "../../cli/render/func-yaml.ts";
+import { readFunctions, type FunctionDeployment } from "../../cli/render/func-yaml.ts";
+import { definitionOf } from "../../cli/render/definitions.ts";
+import { functionEnv } from "../../cli/render/objects.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { mergeWatches } from "../../cli/render/sources.ts";
-import type { MultiClusterFunction, Watch } from "../../shared/sdk.ts";
+import type { Watch } from "../../shared/sdk.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
-import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
-import * as clusterAcceptor from "../../functions/cluster-acceptor/reconcile.ts";
-import * as leaseMonitor from "../../functions/cluster-lease-monitor/reconcile.ts";
-import * as clusterTaints from "../../functions/cluster-taints/reconcile.ts";
-import * as clusterSets from "../../functions/cluster-sets/reconcile.ts";
-import * as placementScheduler from "../../functions/placement-scheduler/reconcile.ts";
-import * as agentConfigRollout from "../../functions/agent-config-rollout/reconcile.ts";
-import * as addonInstaller from "../../functions/addon-installer/reconcile.ts";
-import * as addonManager from "../../functions/addon-manager/reconcile.ts";
-import * as addonCsrApprover from "../../functions/addon-csr-approver/reconcile.ts";
-import * as addonClusterLabel from "../../functions/addon-cluster-label/reconcile.ts";
-import * as spokeRegistration from "../../functions/spoke-registration/reconcile.ts";
-import * as spokeClusterStatus from "../../functions/spoke-cluster-status/reconcile.ts";
-import * as workApplier from "../../functions/work-applier/reconcile.ts";
-import * as addonRegistration from "../../functions/addon-registration/reconcile.ts";
-import * as addonHealth from "../../functions/addon-health/reconcile.ts";
-import * as agentConfig from "../../functions/agent-config/reconcile.ts";
-
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
 
 // name: the ManagedCluster's name; controlPlane: the local cluster it runs on (default: the same name).
@@ -111,12 +95,22 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     if (!filters) throw new Error(`no functions/${spec.name}/func.yaml`);
     return { name, url: server.url, filters };
   }
-  // A function with its settings: how to serve it, and what it watches.
-  const withConfig = <C>(m: { fn: MultiClusterFunction<C> }, config: C) => ({
-    name: m.fn.definition.name,
-    serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, m.fn.spec, kubeconfigs, config),
-    watches: m.fn.definition.watches(config) as readonly Watch<unknown>[],
-  });
+  // Every function of a side, with its settings as a deployment reads them: func.yaml's env, with
+  // what this fleet sets in place of its placeholders and defaults.
+  const deployments = readFunctions();
+  const functionsOf = (side: FunctionDeployment["side"], values: Record<string, string>) =>
+    deployments
+      .filter((f) => f.side === side)
+      .map((f) => {
+        const fn = definitionOf(f.name);
+        const env = Object.fromEntries(functionEnv(f, values).map((e) => [e.name, e.value]));
+        const config = fn.configFromEnv({ ...env, ...values });
+        return {
+          name: f.name,
+          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config),
+          watches: fn.definition.watches(config) as readonly Watch<unknown>[],
+        };
+      });
   const relayTiming = { resync: { intervalMs: o.resyncMs ?? 10_000 } };
 
   await applyManifests(hub, readFileSync(join(manifests, "hub", "bootstrap-rbac.yaml"), "utf8"));
@@ -126,21 +120,13 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const autoApprovalUsers = [...(o.autoApprovalUsers ?? []), ...o.spokes.filter((s) => s.autoApprove).map((s) => `${tokens.get(s.name)!.user}=${s.name}`)];
 
   // Hub: registration, health and add-on functions, fed by the hub relay.
-  const hubSettings = { hubCluster: "hub", autoApprovalUsers };
   const asHub = async (fn: string) => ({ hub: await identityFor(hubCluster, fn) });
-  const hubFunctions = [
-    withConfig(clusterAcceptor, clusterAcceptor.ConfigSchema.parse(hubSettings)),
-    withConfig(csrApprover, csrApprover.ConfigSchema.parse(hubSettings)),
-    withConfig(leaseMonitor, leaseMonitor.ConfigSchema.parse({ hubCluster: "hub", leaseGraceMultiplier: o.leaseGraceMultiplier })),
-    withConfig(clusterTaints, clusterTaints.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(clusterSets, clusterSets.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(placementScheduler, placementScheduler.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(agentConfigRollout, agentConfigRollout.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(addonInstaller, addonInstaller.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(addonManager, addonManager.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(addonCsrApprover, addonCsrApprover.ConfigSchema.parse({ hubCluster: "hub" })),
-    withConfig(addonClusterLabel, addonClusterLabel.ConfigSchema.parse({ hubCluster: "hub" })),
-  ];
+  const hubFunctions = functionsOf("hub", {
+    OCM_CLUSTER_NAME: "hub",
+    OCM_CLUSTER_AUTO_APPROVAL_USERS: autoApprovalUsers.join(","),
+    ...(o.leaseGraceMultiplier === undefined ? {} : { OCM_LEASE_GRACE_MULTIPLIER: String(o.leaseGraceMultiplier) }),
+    OCM_KUBECONFIG_DIR: "",
+  });
   const hubSinks = await Promise.all(hubFunctions.map(async (f) => f.serve("hub", await asHub(f.name))));
   // The relay watches what the definitions watch (cli/render/sources.ts), as the deployed sources do.
   relayOptions.set("hub", {
@@ -164,16 +150,15 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     });
     if (o.nodes !== false) await createNodes(admin);
     admin.close();
-    const common = { managementCluster: plane, clusterName: s.name };
     const asSpoke = async (fn: string) => ({ [plane]: await identityFor(spoke, fn) });
-    const spokeFunctions = [
-      withConfig(spokeRegistration, spokeRegistration.ConfigSchema.parse({ ...common, externalServerUrls: [spoke.url], leaseDurationSeconds: o.leaseDurationSeconds })),
-      withConfig(spokeClusterStatus, spokeClusterStatus.ConfigSchema.parse(common)),
-      withConfig(workApplier, workApplier.ConfigSchema.parse(common)),
-      withConfig(addonRegistration, addonRegistration.ConfigSchema.parse(common)),
-      withConfig(addonHealth, addonHealth.ConfigSchema.parse(common)),
-      withConfig(agentConfig, agentConfig.ConfigSchema.parse(common)),
-    ];
+    const spokeFunctions = functionsOf("spoke", {
+      OCM_CLUSTER_NAME: plane,
+      OCM_HUB_CLUSTER_NAME: "hub",
+      SPOKE_CLUSTER_NAME: s.name,
+      SPOKE_EXTERNAL_SERVER_URLS: spoke.url,
+      ...(o.leaseDurationSeconds === undefined ? {} : { CLUSTER_LEASE_DURATION_SECONDS: String(o.leaseDurationSeconds) }),
+      OCM_KUBECONFIG_DIR: "",
+    });
     const sinks = await Promise.all(spokeFunctions.map(async (f) => f.serve(s.name, await asSpoke(f.name))));
     relayOptions.set(s.name, {
       clusters: { [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault) },

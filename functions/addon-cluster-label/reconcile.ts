@@ -1,7 +1,7 @@
 // Labels each ManagedCluster with the health of its add-ons (OCM hub add-on feature discovery):
 // feature.open-cluster-management.io/addon-<a> is available, unhealthy or unreachable after the add-on's
 // Available condition, and goes when the add-on does. The root kind is ManagedCluster.
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
@@ -15,16 +15,13 @@ import {
 } from "../../shared/api/addon.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 // The root kind is ManagedCluster (a deleted one has no labels to keep), its events and ticks skipped
 // while it is settled; an add-on event, its deletion too, wakes the cluster whose namespace it lives in.
-export const fn = defineFunction({
+export default defineFunction({
   name: "addon-cluster-label",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true },
     {
@@ -37,9 +34,13 @@ export const fn = defineFunction({
   resyncSeconds: 60,
   // a cluster deleting, or not yet Available, has no labels to change (see reconcile)
   settled: (c) => !!c.metadata.deletionTimestamp || !findCondition((c as ManagedCluster).status?.conditions, ManagedClusterConditionType.Available),
+  // The addon-cluster-label function (functions/addon-cluster-label) on the hub: reads add-ons and patches
+  // the feature.open-cluster-management.io/addon-<a> labels of their ManagedCluster.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "the feature.open-cluster-management.io/addon-<a> labels, a merge patch", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters"], verbs: ["patch"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);

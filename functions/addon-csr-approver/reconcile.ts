@@ -3,7 +3,7 @@
 // its subject is the add-on's default one and the cluster's own agent asked; a custom-signer CSR of a
 // signer the template registers, which this function then signs with the template's signingCA. The
 // root kind is CertificateSigningRequest; only CSRs labelled with both a cluster and an add-on are ours.
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -33,23 +33,32 @@ import { signRequest } from "./signing.ts";
 import { readRequest, type RequestInfo } from "../../shared/pki.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 // CSRs labelled with an add-on, in either mode: a Resource-mode payload's labels are only a hint.
-export const fn = defineFunction({
+export default defineFunction({
   name: "addon-csr-approver",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   watches: (c) => [
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: AddOnLabel.AddonName, mode: "Either", verbs: ["add", "update"], root: true, keys: csrKeys },
   ],
   resyncSeconds: 60,
   resync,
+  // The addon-csr-approver function (functions/addon-csr-approver) on the hub: approves add-on agents'
+  // CSRs and signs the custom-signer ones with the AddOnTemplate's signing CA.
+  //
+  // Signers: templates name their custom signers, so approve and sign cannot be narrowed by resourceNames;
+  // the function approves only kube-apiserver-client CSRs that pass the add-on subject checks and signs
+  // only signers its template registers (kube-controller-manager signs kube-apiserver-client).
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "approval, and the certificate of a custom signer's CSR", apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests/approval", "certificatesigningrequests/status"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "templates name their custom signers, so approve and sign cannot be narrowed by name", apiGroups: ["certificates.k8s.io"], resources: ["signers"], verbs: ["approve", "sign"] },
+    { cluster: c.hubCluster, why: "is the cluster there, is the add-on enabled and whose, which template registers what", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters"], verbs: ["get"] },
+    { cluster: c.hubCluster, why: "the add-on's registrations and its template's signer", apiGroups: ["addon.open-cluster-management.io"], resources: ["managedclusteraddons", "clustermanagementaddons", "addontemplates"], verbs: ["get"] },
+    { cluster: c.hubCluster, namespace: "open-cluster-management-hub", why: "signing CAs named by templates without a namespace live in the add-on manager's namespace; a template naming a CA secret elsewhere needs the same Role there", apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 const addonCsrSelector = `${ClusterLabel.ClusterName},${AddOnLabel.AddonName}`;
 

@@ -39,7 +39,7 @@ export type Lease = KubeObject & { spec?: { renewTime?: string; [k: string]: unk
 // wakes the add-on named like it, which reads its lease in its own install namespace, whichever this
 // one was. The relay leaves out the control-plane namespaces, as leaseKeys does. The hub is reached
 // with the agent's own credentials, so a resync tick's keys come from resyncKeys, not a list through io.
-export const fn = defineFunction({
+export default defineFunction({
   name: "addon-health",
   config: ConfigSchema,
   env: configFromEnv,
@@ -49,9 +49,15 @@ export const fn = defineFunction({
   ],
   resyncSeconds: 60,
   resync: resyncKeys,
+  // addon-health on the spoke: read add-on leases, and the agent's secrets for its hub identity. Its hub
+  // access is only the cluster's own identity (managedclusteraddons and their status, granted at acceptance).
+  //
+  // Leases in every namespace: an add-on renews its lease in its install namespace, which the hub chooses.
+  writes: (c) => [
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;

@@ -2,7 +2,7 @@
 // nothing; Placements keeps a ManagedClusterAddOn in the namespace of every cluster the listed
 // Placements select, and deletes the add-on's ManagedClusterAddOns from every other cluster.
 // The root kind is ClusterManagementAddOn; add-on objects are read and written as v1alpha1 (storage).
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -24,16 +24,13 @@ import { placementClusters, type PlacementRef } from "../../shared/placement-dec
 import { fieldSelectorOf } from "../../shared/selector-query.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 // PlacementDecision events in Resource mode carry the placement label that names their Placement; the
 // CMA's may come in either mode, the keys being names.
-export const fn = defineFunction({
+export default defineFunction({
   name: "addon-installer",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ClusterManagementAddOnV1alpha1Resource, mode: "Either", verbs: ["add", "update"], root: true },
     // A hand-deleted or hand-made add-on is put back in line with the strategy of the CMA of its name.
@@ -42,9 +39,15 @@ export const fn = defineFunction({
     { cluster: c.hubCluster, resource: PlacementDecisionResource, keys: decisionKeys },
   ],
   resyncSeconds: 60,
+  // The addon-installer function (functions/addon-installer) on the hub: reads ClusterManagementAddOns,
+  // placements and their decisions, and creates or deletes ManagedClusterAddOns in cluster namespaces.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "blockOwnerDeletion on the CMA owner reference needs update on the owner's finalizers (OwnerReferencesPermissionEnforcement, where that admission plugin is on)", apiGroups: ["addon.open-cluster-management.io"], resources: ["clustermanagementaddons/finalizers"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "the add-ons the strategy installs and removes in cluster namespaces", apiGroups: ["addon.open-cluster-management.io"], resources: ["managedclusteraddons"], verbs: ["create", "delete"] },
+    { cluster: c.hubCluster, why: "clusters: do they exist, and which addon.open-cluster-management.io annotations to copy", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters", "placements", "placementdecisions"], verbs: ["get", "list", "watch"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 // A payload without the placement label (or none at all) wakes every user of the namespace.
 function decisionKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {

@@ -39,7 +39,7 @@ export { configFromEnv, ConfigSchema, type Config };
 
 // Either mode where the keys are names; Resource mode where the payload's labels name the add-on or the
 // placement. Works and bindings only with the add-on label: the hub's source watches no others.
-export const fn = defineFunction({
+export default defineFunction({
   name: "addon-manager",
   config: ConfigSchema,
   env: configFromEnv,
@@ -57,9 +57,26 @@ export const fn = defineFunction({
     { cluster: c.hubCluster, resource: RoleBindingResource, labelSelector: AddOnLabel.AddonName, verbs: ["update", "delete"], keys: labelledKeys },
   ],
   resyncSeconds: 60,
+  // The addon-manager function (functions/addon-manager) on the hub: keeps ManagedClusterAddOns' owner
+  // reference and status, the deploy ManifestWorks of AddOnTemplate add-ons, and the RoleBindings that
+  // grant their agents the templates' hub permissions.
+  //
+  // Binding: a template names any ClusterRole (CurrentCluster) or role (SingleNamespace) for its agent,
+  // so the RoleBindings need `bind` on clusterroles and roles without resourceNames; holding every role a
+  // template might name is not possible. Whoever may write AddOnTemplates can therefore grant add-on
+  // agents any role in cluster namespaces and in the namespaces the templates name, as in OCM, where
+  // templates are an administrator's object.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "the owner reference", apiGroups: ["addon.open-cluster-management.io"], resources: ["managedclusteraddons"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "the add-on's status", apiGroups: ["addon.open-cluster-management.io"], resources: ["managedclusteraddons/status"], verbs: ["patch", "update"] },
+    { cluster: c.hubCluster, why: "blockOwnerDeletion on owner references to these (OwnerReferencesPermissionEnforcement)", apiGroups: ["addon.open-cluster-management.io"], resources: ["clustermanagementaddons/finalizers", "managedclusteraddons/finalizers"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "clusters (health, image mirrors), and the placements whose configs apply to their clusters", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters", "placements", "placementdecisions"], verbs: ["get", "list", "watch"] },
+    { cluster: c.hubCluster, why: "the deploy ManifestWorks of AddOnTemplate add-ons", apiGroups: ["work.open-cluster-management.io"], resources: ["manifestworks"], verbs: ["create", "update", "delete"] },
+    { cluster: c.hubCluster, why: "the RoleBindings that grant template add-on agents their hub permissions", apiGroups: ["rbac.authorization.k8s.io"], resources: ["rolebindings"], verbs: ["create", "update", "delete"] },
+    { cluster: c.hubCluster, why: "a template names any ClusterRole or role for its agent, so bind cannot be narrowed by name (templates are an administrator's object, as in OCM)", apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterroles", "roles"], verbs: ["bind"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);

@@ -67,7 +67,7 @@ const CANDIDATE_SECRET = /-(hub-kubeconfig|client-cert|pending-csr)$/;
 // cluster's CSRs on the hub, the agent's secrets (Reference mode: no secret data travels) and install
 // namespaces appearing on the spoke wake the add-ons they belong to. The hub is reached with the
 // agent's own credentials, so a resync tick's keys come from resyncKeys, not a list through io.
-export const fn = defineFunction({
+export default defineFunction({
   name: "addon-registration",
   config: ConfigSchema,
   env: configFromEnv,
@@ -79,9 +79,21 @@ export const fn = defineFunction({
   ],
   resyncSeconds: 60,
   resync: resyncKeys,
+  // addon-registration on the spoke. Its hub access is only the cluster's own identity, which acceptance
+  // grants open-cluster-management:managedcluster:registration (managedclusteraddons get/list/watch, their
+  // status) and the per-cluster role (CSRs create/get/list/watch).
+  //
+  // Secrets in EVERY namespace, on purpose: an add-on's credentials go to its install namespace, which the
+  // hub chooses (status.namespace, an AddOnDeploymentConfig's agentInstallNamespace), so no fixed list of
+  // namespaces can be written here. OCM's registration agent holds the same reach. This also covers the
+  // agent's own secrets in open-cluster-management-agent: the bootstrap and hub kubeconfigs it reads its
+  // hub identity from, and the pending-CSR secrets it keeps there. Deletes touch only secrets labelled with
+  // this cluster's name and an add-on name, which this function writes.
+  writes: (c) => [
+    { cluster: c.managementCluster, why: "secrets in every namespace, on purpose: an add-on's credentials go to its install namespace, which the hub chooses; deletes touch only secrets labelled with this cluster's and an add-on's name", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 type Agent = { hub: KubeClient; bootstrap: HubEndpoint; agentName: string };
 

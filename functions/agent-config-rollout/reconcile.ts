@@ -8,7 +8,7 @@
 // writes only clusters of the ManagedClusterSets bound to that namespace (judged here, at assignment
 // time, since a decision is the tenant's to write), and never takes over a cluster's config written by
 // hand or by another rollout that still exists. The clusters it leaves out are named in its status.
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -38,16 +38,13 @@ import {
 import { plan, type Target } from "./plan.ts";
 import { labelsQuery } from "../../shared/selector-query.ts";
 
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 // Resource mode: a cluster's own config names the rollout that wrote it in its labels, and a decision
 // its placement.
-export const fn = defineFunction({
+export default defineFunction({
   name: "agent-config-rollout",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   watches: (c) => [
     { cluster: c.hubCluster, resource: AgentConfigResource, verbs: ["add", "update"], root: true, keys: configKeys },
     // the placement deciding other clusters
@@ -56,9 +53,21 @@ export const fn = defineFunction({
   resyncSeconds: 60,
   // only the fleet-level configs: the clusters' own are reconciled through the rollout that wrote them
   resync: (io, tick) => (tick.cluster && tick.cluster !== io.config.hubCluster ? { skip: `tick for cluster ${tick.cluster}, not the hub` } : fleetKeys(io, () => true)),
+  // The agent-config-rollout function (functions/agent-config-rollout) on the hub: reads fleet-level
+  // AgentConfigs, their Placements' decisions and each cluster's own AgentConfig, and the cluster sets
+  // bound to the fleet-level config's namespace with their clusters (it writes only those clusters);
+  // writes the clusters' own AgentConfigs (create, or a PUT of one named `agent` with the resourceVersion
+  // read) and the fleet-level ones' status. It never updates a fleet-level config's spec.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "each cluster's own AgentConfig (updates are a PUT with the resourceVersion read)", apiGroups: ["config.ocm-functions.io"], resources: ["agentconfigs"], verbs: ["create"] },
+    { cluster: c.hubCluster, why: "a create cannot be limited by name (RBAC never sees one); an update can", apiGroups: ["config.ocm-functions.io"], resources: ["agentconfigs"], resourceNames: ["agent"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "the fleet-level config's status", apiGroups: ["config.ocm-functions.io"], resources: ["agentconfigs/status"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "the fleet-level config's Placement", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placements"], verbs: ["get"] },
+    { cluster: c.hubCluster, why: "the sets bound to the config's namespace, and their clusters: only those are written", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersetbindings", "managedclusters"], verbs: ["list"] },
+    { cluster: c.hubCluster, why: "the bound sets' selectors", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersets"], verbs: ["list"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 const isFleetLevel = (c: AgentConfig) => c.metadata.name !== AgentConfigName && !!c.spec?.placementRef?.name;
 

@@ -101,7 +101,7 @@ type ManagedClusterObject = ManagedCluster & KubeObject;
 
 // One key per agent: its cluster. The cluster's assigned AgentConfig on the hub and the agent's
 // checkpoint and health records on the spoke wake it; so does a resync tick for either cluster.
-export const fn = defineFunction({
+export default defineFunction({
   name: NAME,
   config: ConfigSchema,
   env: settingsFromEnv,
@@ -127,9 +127,20 @@ export const fn = defineFunction({
     if (tick.cluster && tick.cluster !== c.managementCluster && tick.cluster !== c.hubCluster) return { skip: `tick for cluster ${tick.cluster}` };
     return [agentKey(c)];
   },
+  // agent-config on the spoke: the agent's secrets for its hub identity, the checkpoint ConfigMap
+  // agent-config (written by this function only) and the health records in agent-health (its own
+  // `agentConfig` record; the heartbeat and spoke-cluster-status write theirs). Its hub access is only the
+  // cluster's own identity: the AgentConfig in the cluster's namespace and its status, granted at
+  // acceptance, and the ManagedCluster's status.
+  //
+  // create cannot be narrowed to names (RBAC knows no name before the object exists), so the ConfigMap
+  // rule covers the agent namespace; that namespace holds only the agent's own objects.
+  writes: (c) => [
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the checkpoint agent-config and the agentConfig record in agent-health (create cannot be narrowed to names)", apiGroups: [""], resources: ["configmaps"], verbs: ["create", "update", "patch"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 const agentKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
 

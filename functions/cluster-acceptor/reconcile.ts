@@ -4,7 +4,7 @@
 // add-ons, then its works) and the RBAC cleanup. A cluster never gets a namespace it did not get from
 // here: not one of Kubernetes or the hub (reserved names), not one made for something else.
 import { createClusterLease } from "../../shared/cluster-lease.ts";
-import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
+import { hubSettings, type HubSettings } from "../../shared/settings.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
@@ -48,19 +48,16 @@ import { labelsQuery } from "../../shared/selector-query.ts";
 import { clusterNamespace, clusterRole, clusterRoleBinding, registrationClusterRole, roleBinding, workClusterRole } from "./rbac.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
-export const ConfigSchema = HubSettingsSchema;
 export type Config = HubSettings;
-export const configFromEnv = hubSettingsFromEnv;
 
 // The root kind is ManagedCluster, all its changes: a deleted cluster's RBAC goes. A cluster is also
 // woken by the objects labelled with its name when someone changes or removes them (put them back), by
 // a bootstrap CSR (auto-acceptance), and by a ManifestWork leaving its namespace (the last one gone frees
 // the work RoleBinding's finalizer), or an add-on leaving it (the cleanup of a deleted cluster goes on).
 // Those come in Resource mode: the payload carries the label.
-export const fn = defineFunction({
+export default defineFunction({
   name: "cluster-acceptor",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubSettings,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
@@ -78,9 +75,40 @@ export const fn = defineFunction({
   ],
   resyncSeconds: 60,
   resync,
+  // The cluster-acceptor function (functions/cluster-acceptor) on the hub.
+  //
+  // Granting RBAC: the API server lets a writer create a role, or bind one, only if the writer already
+  // holds every permission in it, or has `escalate` (roles) / `bind` (bindings) on that role.
+  // - The per-cluster ClusterRole open-cluster-management:managedcluster:<c> has a name per cluster, so no
+  //   resourceNames can scope escalate or bind to it. This role holds its permissions instead (CSRs,
+  //   renew, managedclusters and their status), which the function mostly needs anyway.
+  // - The shared ClusterRoles open-cluster-management:managedcluster:registration and :work: this role
+  //   holds their permissions too (leases, add-on status, events, ManifestWorks, AgentConfigs), as OCM's hub
+  //   registration controller does. `escalate` even on just those two names would let the function
+  //   rewrite them into anything, and they are bound to every cluster's agents: a path to cluster-admin.
+  //   Holding the permissions caps what the function can grant at what is listed here.
+  // - With all of that held, the bindings need no `bind` either (nor does a named `bind` add anything).
+  // Deleting ClusterRoles and bindings cannot be narrowed to the per-cluster names (unknown in advance);
+  // the function deletes only names it derives from a cluster name.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "the finalizer and the auto-accept annotation", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters"], verbs: ["update", "patch"] },
+    { cluster: c.hubCluster, why: "HubAcceptedManagedCluster, and what the per-cluster role grants", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters/status"], verbs: ["patch", "update"] },
+    { cluster: c.hubCluster, why: "auto-accept reads CSRs; create: granted by the per-cluster role", apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["create"] },
+    { cluster: c.hubCluster, why: "granted by the per-cluster role", apiGroups: ["register.open-cluster-management.io"], resources: ["managedclusters/clientcertificates"], verbs: ["renew"] },
+    { cluster: c.hubCluster, why: "auto-accept sets hubAcceptsClient=true, which the hub's admission policy allows only with this (manifests/hub/admission-policies.yaml); OCM's registration controller holds it too", apiGroups: ["register.open-cluster-management.io"], resources: ["managedclusters/accept"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "the cluster namespace: created, never updated (an existing one is not taken over) nor deleted (as OCM)", apiGroups: [""], resources: ["namespaces"], verbs: ["create"] },
+    { cluster: c.hubCluster, why: "the cluster lease is created here; list/watch/update: granted by the registration role", apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "list", "watch", "create", "update"] },
+    { cluster: c.hubCluster, why: "get/list/watch: granted by the registration role; delete: a deleted cluster's add-ons (OCM's gc)", apiGroups: ["addon.open-cluster-management.io"], resources: ["managedclusteraddons"], verbs: ["delete"] },
+    { cluster: c.hubCluster, why: "held so that the registration role can be granted", apiGroups: ["addon.open-cluster-management.io"], resources: ["managedclusteraddons/status"], verbs: ["patch", "update"] },
+    { cluster: c.hubCluster, why: "granted by the registration role: the cluster's AgentConfig (docs/agent-config.md)", apiGroups: ["config.ocm-functions.io"], resources: ["agentconfigs"], verbs: ["get", "list", "watch"] },
+    { cluster: c.hubCluster, why: "held so that the registration role can be granted", apiGroups: ["config.ocm-functions.io"], resources: ["agentconfigs/status"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "granted by the registration and work roles", apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "patch", "update"] },
+    { cluster: c.hubCluster, why: "read: do ManifestWorks still hold the work RoleBinding's finalizer; delete: a deleted cluster's works (OCM's gc); the other writes: granted by the work role", apiGroups: ["work.open-cluster-management.io"], resources: ["manifestworks"], verbs: ["update", "patch", "delete"] },
+    { cluster: c.hubCluster, why: "held so that the work role can be granted", apiGroups: ["work.open-cluster-management.io"], resources: ["manifestworks/status"], verbs: ["patch", "update"] },
+    { cluster: c.hubCluster, why: "the per-cluster roles and the bindings of an accepted cluster's agents; deleted only by names derived from a cluster's", apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterroles", "clusterrolebindings", "rolebindings"], verbs: ["create", "update", "patch", "delete"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
 // one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting

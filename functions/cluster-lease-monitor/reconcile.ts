@@ -43,7 +43,7 @@ export type { Lease };
 
 // The root kind is ManagedCluster (a deleted or never accepted one has nothing to judge). Only the cluster leases
 // carry the cluster-name label, so node and leader-election leases never reach the function.
-export const fn = defineFunction({
+export default defineFunction({
   name: "cluster-lease-monitor",
   config: ConfigSchema,
   env: configFromEnv,
@@ -54,9 +54,19 @@ export const fn = defineFunction({
   resyncSeconds: 60,
   resync,
   settled: (c) => !wasEverAccepted(c as ManagedCluster), // nothing to judge before acceptance
+  // The cluster-lease-monitor function (functions/cluster-lease-monitor) on the hub.
+  //
+  // Leases are read and created cluster-wide: each cluster's lease lives in its own namespace <c>, and
+  // those namespaces appear as clusters are accepted. A Role per namespace would need someone to create
+  // it on accept (a grant this function cannot make itself), and a watch over all cluster leases is one
+  // cluster-wide watch anyway. The function never updates or deletes a lease: renewing is the agent's.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "Available=Unknown and ClockSynced", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters/status"], verbs: ["patch", "update"] },
+    { cluster: c.hubCluster, why: "managed-cluster-lease in every cluster namespace; create when missing", apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"] },
+    { cluster: c.hubCluster, why: "the AvailableUnknown event in namespace <c>", apiGroups: [""], resources: ["events"], verbs: ["create"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 // A resync tick looks at the clusters that need a look, judged from one list of clusters and one of
 // leases: a missing lease, an expired one not yet marked, a clock condition to change. A fresh lease
@@ -174,7 +184,7 @@ async function writeConditions(ctx: { io: Io<Config>; hub: KubeClient; now: Date
       type: "Warning",
       reason: ClusterEventReason.AvailableUnknown,
       message: availableUnknownEventMessage(name),
-      component: spec.name,
+      component: "cluster-lease-monitor",
       now,
     });
   }

@@ -5,7 +5,7 @@
 // status lists the managed namespaces of its sets (managed-namespaces.ts), and each binding says whether
 // its set exists (Bound). The root kind is ManagedClusterSet, keyed by name; a binding is named after its set.
 import { isDeepStrictEqual } from "node:util";
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -42,14 +42,11 @@ export const fixedSelectors: Readonly<Record<string, ClusterSelector>> = {
 };
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
-export const fn = defineFunction({
+export default defineFunction({
   name: "cluster-sets",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   // Every kind in either mode: the keys are names, and the function reads everything else.
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true },
@@ -59,9 +56,19 @@ export const fn = defineFunction({
   ],
   resyncSeconds: 60,
   resync,
+  // The cluster-sets function (functions/cluster-sets) on the hub: lists sets, bindings and clusters;
+  // creates "default" and "global" and PUTs their selector back; patches set and binding status; labels
+  // clusters without a set into "default" with a merge patch of metadata.labels; patches each cluster's
+  // status.managedNamespaces from the sets it belongs to.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "creates default and global and PUTs their selector back", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersets"], verbs: ["create", "update"] },
+    { cluster: c.hubCluster, why: "set and binding status", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersets/status", "managedclustersetbindings/status"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "status.managedNamespaces, a merge patch carrying the resourceVersion it was computed from", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters/status"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "clusters counted by label selector, and those without a set labelled into \"default\"", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "the admission policy's check for changing a cluster's clusterset label: the only set this function puts clusters into is \"default\", and it never takes a cluster out of one", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersets/join"], resourceNames: ["default"], verbs: ["create"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 const keysFor = (hub: string, names: readonly string[]): Key[] => [...new Set(names)].map((name) => ({ cluster: hub, name }));
 

@@ -1,6 +1,6 @@
 // Keeps a ManagedCluster's availability taints in step with its Available condition on the hub
 // (ocm-protocol §4.4): unreachable while Unknown or missing, unavailable while False, none while True.
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
@@ -8,23 +8,24 @@ import { rfc3339 } from "../../shared/clock.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, TaintEffect, TaintKey, type ManagedCluster, type Taint } from "../../shared/api/cluster.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 // The root kind is ManagedCluster: a change wakes its own cluster, and the resync tick every cluster,
 // unless the cluster as the event carries it (or the tick lists it) already has the taints it should.
 // Deletions wake nothing: a cluster that is gone has no taints to keep.
-export const fn = defineFunction({
+export default defineFunction({
   name: "cluster-taints",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   watches: (c) => [{ cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true }],
   resyncSeconds: 60,
   settled: (c, io) => isSettled(c as ManagedCluster, io.clock.now()),
+  // The cluster-taints function (functions/cluster-taints) on the hub: reads clusters and rewrites
+  // spec.taints with a PUT carrying the resourceVersion it read. No status, no patch, nothing else.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "spec.taints, a PUT with the resourceVersion read", apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclusters"], verbs: ["update"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);

@@ -1,7 +1,7 @@
 // Approves OCM cluster agents' CSRs on the hub (ocm-protocol §3.2): a renewal once the agent may renew
 // (granted at acceptance), a bootstrap request from a configured auto-approval user. The root kind is
 // CertificateSigningRequest; kube-controller-manager signs what this approves.
-import { HubSettingsSchema, hubSettingsFromEnv, type HubSettings } from "../../shared/settings.ts";
+import { hubSettings, type HubSettings } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -16,21 +16,25 @@ import { readRequest } from "../../shared/pki.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
-export const ConfigSchema = HubSettingsSchema;
 export type Config = HubSettings;
-export const configFromEnv = hubSettingsFromEnv;
 
 // The root kind is CertificateSigningRequest; a deleted CSR needs no decision.
-export const fn = defineFunction({
+export default defineFunction({
   name: "csr-approver",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubSettings,
   watches: (c) => [{ cluster: c.hubCluster, resource: CertificateSigningRequestResource, mode: "Either", verbs: ["add", "update"], root: true, keys: keysOfCsr }],
   resyncSeconds: 60,
   resync: pendingAgentCsrs,
+  // The csr-approver function (functions/csr-approver) on the hub: reads CSRs, asks the API server
+  // whether an agent may renew, and approves through the approval subresource. Signing stays with
+  // kube-controller-manager, so no "sign" permission.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "approval; signing stays with kube-controller-manager, so no sign", apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests/approval"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "The API server also checks approve on the signer named in the CSR; only the client signer.", apiGroups: ["certificates.k8s.io"], resources: ["signers"], resourceNames: ["kubernetes.io/kube-apiserver-client"], verbs: ["approve"] },
+    { cluster: c.hubCluster, why: "The renewal check: may the requesting agent renew its cluster's client certificate?", apiGroups: ["authorization.k8s.io"], resources: ["subjectaccessreviews"], verbs: ["create"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 // The signer of a CSR is immutable, so the payload's may be trusted for this one filter.
 function keysOfCsr(event: ObjectEvent): KeysOrSkip {

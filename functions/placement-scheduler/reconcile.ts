@@ -1,7 +1,7 @@
 // Schedules Placements as OCM's placement controller does: the clusters of the sets bound to the
 // placement's namespace, filtered, scored and cut to numberOfClusters (schedule.ts), written as
 // PlacementDecisions of at most 100 clusters and summed up in the Placement's status.
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -37,17 +37,14 @@ import {
 } from "./schedule.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 // Resource mode where the payload is read (a Placement's status, a decision's or a cluster's labels, a
 // set's generation). Our own decision writes are not watched (each would wake the function for nothing):
 // a deleted decision is written again, and a hand edit of one is undone by the resync.
-export const fn = defineFunction({
+export default defineFunction({
   name: "placement-scheduler",
-  config: ConfigSchema,
-  env: configFromEnv,
+  ...hubClusterSettings,
   watches: (c) => [
     { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "update"], root: true, keys: placementKeys },
     { cluster: c.hubCluster, resource: ManagedClusterResource, keys: placementsForCluster },
@@ -56,9 +53,17 @@ export const fn = defineFunction({
     { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["delete"], keys: decisionKeys },
   ],
   resyncSeconds: 60,
+  // The placement-scheduler function (functions/placement-scheduler) on the hub: reads placements, the
+  // sets and bindings that make clusters eligible, the clusters and every placement's decisions (the
+  // Balance prioritizer counts them); writes its placements' status and their PlacementDecisions.
+  writes: (c) => [
+    { cluster: c.hubCluster, why: "its placements' status", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placements/status"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "Decisions carry an owner reference with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin lets only those who may update the owner's finalizers set.", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placements/finalizers"], verbs: ["update"] },
+    { cluster: c.hubCluster, why: "its placements' decisions", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placementdecisions"], verbs: ["create", "patch", "delete"] },
+    { cluster: c.hubCluster, why: "the decisions' chosen clusters", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placementdecisions/status"], verbs: ["patch"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);

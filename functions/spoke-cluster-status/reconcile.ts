@@ -45,7 +45,7 @@ const steps: readonly Step[] = [joined, available, resources, claims, managedNam
 // One key per agent: its cluster. The ManagedCluster on the hub (the relay watches it by name), the hub
 // kubeconfig secret, any node or claim on the spoke (they may change capacity, allocatable or the
 // exposed claims) and any namespace labelled as a hub's managed one wake it; so does every resync tick.
-export const fn = defineFunction({
+export default defineFunction({
   name: "spoke-cluster-status",
   config: ConfigSchema,
   env: configFromEnv,
@@ -60,9 +60,18 @@ export const fn = defineFunction({
   resyncSeconds: 60,
   // the cluster's key whatever cluster the tick names: it is the only thing this function reconciles
   resync: (io) => [clusterKey(io.config)],
+  // spoke-cluster-status on the spoke: read the agent's hub credentials and settings (the agent-config
+  // checkpoint), keep the kube-apiserver probe's failure streak and its statusSync health record, read nodes
+  // and ClusterClaims, probe the API server, and make the managed namespaces of the cluster's sets. Hub
+  // writes (status, events) use the cluster's own identity.
+  writes: (c) => [
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "<cluster>-kube-apiserver-probe: when the current run of failed health probes began. get also reads the agent-config checkpoint and agent-health; create makes agent-health when no one has yet", apiGroups: [""], resources: ["configmaps"], verbs: ["get", "create", "update", "delete"] },
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "key statusSync of agent-health, merged in when its hash or outcome changes", apiGroups: [""], resources: ["configmaps"], resourceNames: ["agent-health"], verbs: ["patch"] },
+    { cluster: c.managementCluster, why: "the managed namespaces of the cluster's sets: read and created; labelled (a merge patch of one label) clusterset.open-cluster-management.io/<hub hash> \"true\", or \"false\" once one leaves the list, found by a list on that label. Never deleted, so no delete.", apiGroups: [""], resources: ["namespaces"], verbs: ["create", "patch"] },
+    { cluster: c.managementCluster, role: "kube-apiserver-probe", why: "the health and version endpoints: stock clusters grant them to every authenticated user, hardened ones do not", nonResourceURLs: ["/livez", "/healthz", "/version"], verbs: ["get"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 const clusterKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
 const skipOf = (e: ObjectEvent) => ({ skip: `not this cluster's object: ${e.ref.kind} ${e.ref.namespace ?? ""}/${e.ref.name}` });
@@ -183,7 +192,7 @@ async function recordNotices(io: Io<Config>, hub: KubeClient, cluster: ManagedCl
   for (const [i, n] of ctx.notices.entries()) {
     // Event names are <object>.<time>: one millisecond apart, two events of one reconcile keep their own names.
     const at = new Date(ctx.now.getTime() + i);
-    await recordEvent(hub, { regarding, type: n.type, reason: n.reason, message: n.message, component: spec.name, now: at }).catch((err: unknown) =>
+    await recordEvent(hub, { regarding, type: n.type, reason: n.reason, message: n.message, component: "spoke-cluster-status", now: at }).catch((err: unknown) =>
       io.log.warn({ reason: n.reason, error: err instanceof Error ? err.message : String(err) }, "event not recorded"),
     );
   }

@@ -49,6 +49,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
     externalServerUrls: env.SPOKE_EXTERNAL_SERVER_URLS ? commaList.parse(env.SPOKE_EXTERNAL_SERVER_URLS) : undefined,
     clusterAnnotations: env.CLUSTER_ANNOTATIONS ? Object.fromEntries(commaList.parse(env.CLUSTER_ANNOTATIONS).map((kv) => kv.split("=", 2) as [string, string])) : undefined,
     clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,
+    leaseDurationSeconds: env.CLUSTER_LEASE_DURATION_SECONDS ? Number(env.CLUSTER_LEASE_DURATION_SECONDS) : undefined,
   });
 }
 
@@ -58,7 +59,7 @@ export const pendingSecretName = (c: Config) => `${c.hubSecret}-pending-csr`;
 
 // One key per agent: its cluster. The agent's own secrets (Reference mode: no secret data travels) and
 // the CSRs of this cluster on the hub, whose issuance is an update, wake it; so does every resync tick.
-export const fn = defineFunction({
+export default defineFunction({
   name: "spoke-registration",
   config: ConfigSchema,
   env: configFromEnv,
@@ -69,9 +70,13 @@ export const fn = defineFunction({
   resyncSeconds: 60,
   // the agent's key whatever cluster the tick names: it is the only thing this function reconciles
   resync: (io) => [agentKey(io.config)],
+  // spoke-registration on the spoke: the agent's secrets in its namespace, nothing else. Its hub access
+  // is only what the hub grants the bootstrap identity and, after acceptance, the cluster's own identity.
+  writes: (c) => [
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the agent's secrets: pending CSR, hub kubeconfig", apiGroups: [""], resources: ["secrets"], verbs: ["create", "update", "patch", "delete"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 const agentKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
 const ownSecrets = (c: Config) => [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)];

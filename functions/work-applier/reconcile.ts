@@ -47,7 +47,7 @@ const MAX_ERROR_RECHECK_MS = 300_000;
 // The root kind is ManifestWork on the hub, in the cluster's namespace, keyed by itself; an
 // AppliedManifestWork on the spoke wakes the work it is named after. The hub is reached with the
 // agent's own credentials, so a resync tick's keys come from keysOnTick, not a list through io.
-export const fn = defineFunction({
+export default defineFunction({
   name: "work-applier",
   config: ConfigSchema,
   env: configFromEnv,
@@ -57,9 +57,20 @@ export const fn = defineFunction({
   ],
   resyncSeconds: 60,
   resync: (io) => keysOnTick(io),
+  // work-applier on the spoke. Its hub access is only the cluster's own identity, which acceptance grants
+  // open-cluster-management:managedcluster:work (manifestworks and their status in the cluster namespace).
+  //
+  // What the agent itself needs: its AppliedManifestWorks (cluster-scoped records of what it applied,
+  // with their finalizer) ...
+  writes: (c) => [
+    { cluster: c.managementCluster, why: "its AppliedManifestWorks: cluster-scoped records of what it applied", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks"], verbs: ["create", "update", "patch", "delete"] },
+    { cluster: c.managementCluster, why: "their status", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks/status"], verbs: ["patch", "update"] },
+    { cluster: c.managementCluster, why: "their finalizer", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks/finalizers"], verbs: ["update"] },
+    { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch"] },
+    { cluster: c.managementCluster, role: "execution", why: "execution rights, BROAD ON PURPOSE: a ManifestWork may carry any kind, as OCM's work agent's may", apiGroups: ["*"], resources: ["*"], verbs: ["*"] },
+  ],
   reconcile,
 });
-export const spec = fn.spec;
 
 function appliedKeys(c: Config, name: string): Key[] | { skip: string } {
   const m = APPLIED_NAME.exec(name);

@@ -7,7 +7,7 @@ import { NamespaceResource } from "../../shared/api/kube.ts";
 import { ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { AddOnConditionType, AddOnFeatureLabelPrefix, AddOnReason, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/addon-cluster-label/reconcile.ts";
+import fn, { type Config } from "../../functions/addon-cluster-label/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer } from "../support/functions.ts";
 import { functionIo, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -21,7 +21,7 @@ let io: Io<Config>;
 beforeAll(async () => {
   plane = await startHub(HUB);
   admin = plane.admin;
-  io = await functionIo(plane.cluster, spec.name, { hubCluster: HUB }, [ManagedClusterResource, ManagedClusterAddOnV1alpha1Resource]);
+  io = await functionIo(plane.cluster, fn.spec.name, { hubCluster: HUB }, [ManagedClusterResource, ManagedClusterAddOnV1alpha1Resource]);
 });
 
 afterAll(() => plane?.stop());
@@ -46,7 +46,7 @@ async function addAddon(c: string, name: string, health: Health): Promise<void> 
 
 const featureLabels = async (c: string) =>
   Object.fromEntries(Object.entries((await admin.get<ManagedCluster>(ManagedClusterResource, c))!.metadata.labels ?? {}).filter(([k]) => k.startsWith(AddOnFeatureLabelPrefix)));
-const reconcile = (c: string) => spec.reconcile(io, { cluster: HUB, name: c });
+const reconcile = (c: string) => fn.spec.reconcile(io, { cluster: HUB, name: c });
 
 describe("add-on feature labels", () => {
   const rows: { name: string; available: boolean; addons: [string, Health][]; stale?: string[]; then: Record<string, string> }[] = [
@@ -72,7 +72,7 @@ describe("add-on feature labels", () => {
   it("follows an add-on's events: its health changing, then the add-on going, through the real HTTP server", async () => {
     const c = await newCluster({ available: true });
     await addAddon(c, "hello", "True");
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const mca = { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ManagedClusterAddOn", ...(await admin.get<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, "hello", c))! };
       const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object: mca });
@@ -81,7 +81,7 @@ describe("add-on feature labels", () => {
       expect((await postEvent(server.url, objectEvent({ cluster: HUB, object: mca, verb: "add" }))).status).toBe(204);
       expect(await featureLabels(c)).toEqual({ [`${AddOnFeatureLabelPrefix}hello`]: "available" });
       await admin.delete(ManagedClusterAddOnV1alpha1Resource, "hello", c);
-      expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: mca, verb: "delete" }))).statusCode).toBe(204);
+      expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: mca, verb: "delete" }))).statusCode).toBe(204);
       expect(await featureLabels(c)).toEqual({});
     } finally {
       await server.close();

@@ -21,7 +21,7 @@ import {
 import { AddonManagerNamespaceDefault, addonAgentUser, addonGroups, templateAgentName } from "../../shared/api/addon-strings.ts";
 import { createCertificateAuthority, createCertificateRequest, generateKeyPair, isIssuedBy, readCertificate, type Subject } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { decideApproval, spec, type Config } from "../../functions/addon-csr-approver/reconcile.ts";
+import fn, { decideApproval, type Config } from "../../functions/addon-csr-approver/reconcile.ts";
 import { readRequest } from "../../shared/pki.ts";
 import { specHash } from "../../functions/addon-manager/spec-hash.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
@@ -43,7 +43,7 @@ beforeAll(async () => {
   plane = await startHub(HUB);
   ({ cluster: hub, admin } = plane);
   await allowCsrRequests(admin, [ManagedClustersGroup]);
-  io = await functionIo(hub, spec.name, { hubCluster: HUB }, [CertificateSigningRequestResource]);
+  io = await functionIo(hub, fn.spec.name, { hubCluster: HUB }, [CertificateSigningRequestResource]);
   // the template's signing CA, in the add-on manager's namespace (identityFor made it for the Role)
   const ca = await createCertificateAuthority("addon-signer");
   caPem = ca.certPem;
@@ -181,7 +181,7 @@ describe("approving and signing add-on CSRs", () => {
         : await agentOf(row.requester === "theirs" ? theirs : row.requester === "mine-prefixed" ? `${mine}0` : mine);
     try {
       const csr = await createCsr(requester, row.shape({ mine, theirs, addon }));
-      expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
+      expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
       const after = await readCsr(csr.metadata.name);
       if (!row.approved) {
         expect(after.status?.conditions ?? []).toEqual([]);
@@ -237,11 +237,11 @@ describe("events", () => {
     try {
       const csr = await createCsr(agent, { labelCluster: c, addon, subject: addonSubject(c, addon) });
       const event = objectEvent({ cluster: HUB, object: csr, verb: "add" });
-      expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
-      expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
+      expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(204);
+      expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(204);
       expect(approvals(await readCsr(csr.metadata.name))).toHaveLength(1);
       const custom = await createCsr(agent, { labelCluster: c, addon, subject: addonSubject(c, addon), signerName: SIGNER });
-      expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
+      expect((await handleEvent(fn.spec, io, tickEvent(HUB))).statusCode).toBe(204);
       expect((await readCsr(custom.metadata.name)).status?.certificate).toBeTruthy();
     } finally {
       agent.close();
@@ -252,7 +252,7 @@ describe("events", () => {
     const c = await newCluster();
     const addon = await templateAddon([c]);
     const agent = await agentOf(c);
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const csr = await createCsr(agent, { labelCluster: c, addon, subject: addonSubject(c, addon) });
       const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object: csr, verb: "add" });

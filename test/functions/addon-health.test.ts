@@ -10,7 +10,7 @@ import { AddOnAnnotation, AddOnConditionType, AddOnGroup, ManagedClusterAddOnV1a
 import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Outcome } from "../../shared/harness.ts";
-import { spec, ConfigSchema, type Config } from "../../functions/addon-health/reconcile.ts";
+import fn, { ConfigSchema, type Config } from "../../functions/addon-health/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
@@ -36,7 +36,7 @@ beforeAll(async () => {
   fleet = await startFleet({ spokes: [{ name: C, autoApprove: true }], resyncMs: 60_000 });
   hub = fleet.hub;
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(C).adminKubeconfig);
-  fnKubeconfig = await identityFor(fleet.clusters.get(C), spec.name);
+  fnKubeconfig = await identityFor(fleet.clusters.get(C), fn.spec.name);
   // Joined, and the cluster's identity may already read its add-ons (granted at acceptance). From here
   // the test drives the function itself: the fleet's own functions (the hub's add-on manager among
   // them, which would take Available over while the cluster is Unknown) get no more events.
@@ -52,7 +52,7 @@ afterAll(async () => {
 function agent(o: Partial<Config> = {}) {
   const clock = manualClock();
   const io = testIo({ [C]: fnKubeconfig }, ConfigSchema.parse({ managementCluster: C, clusterName: C, ...o }), clock);
-  return { io, clock, reconcile: (addon: string): Promise<Outcome> => reconcileKey(spec, io, { cluster: HUB, namespace: C, name: addon }) };
+  return { io, clock, reconcile: (addon: string): Promise<Outcome> => reconcileKey(fn.spec, io, { cluster: HUB, namespace: C, name: addon }) };
 }
 
 type Where = "status.namespace" | "annotation" | "spec.installNamespace" | "default";
@@ -139,7 +139,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const { addon, namespace } = await newAddon();
     await renew(addon, namespace, a.clock.now());
     const lease = { apiVersion: "coordination.k8s.io/v1", kind: "Lease", ...(await spoke.get<KubeObject>(LeaseResource, addon, namespace))! };
-    const server = await startFunctionServer(serve(spec, () => a.io));
+    const server = await startFunctionServer(serve(fn.spec, () => a.io));
     try {
       const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: C, object: lease });
       expect((await postEvent(server.url, noCluster)).status).toBe(400);
@@ -157,17 +157,17 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const fresh = await newAddon();
     const missing = await newAddon();
     await renew(fresh.addon, fresh.namespace, a.clock.now());
-    expect((await handleEvent(spec, a.io, tickEvent(C))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, tickEvent(C))).statusCode).toBe(204);
     expect(await available(fresh.addon)).toMatchObject({ status: "True" });
     expect(await available(missing.addon)).toMatchObject({ status: "Unknown" });
     // another cluster's add-on of the same name is not this agent's: the add-on's new lease is not looked at
     const before = (await available(missing.addon))!.lastTransitionTime;
     await renew(missing.addon, missing.namespace, a.clock.now());
     const addonIn = (namespace: string) => ({ apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", metadata: { name: missing.addon, namespace } });
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn("another-cluster") }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, objectEvent({ cluster: HUB, object: addonIn("another-cluster") }))).statusCode).toBe(204);
     expect(await available(missing.addon)).toMatchObject({ status: "Unknown", lastTransitionTime: before });
     // control: the same add-on in this cluster's namespace is judged from its renewed lease
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn(C) }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, objectEvent({ cluster: HUB, object: addonIn(C) }))).statusCode).toBe(204);
     expect(await available(missing.addon)).toMatchObject({ status: "True" });
   });
 });

@@ -16,7 +16,7 @@ import {
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/addon-installer/reconcile.ts";
+import fn, { type Config } from "../../functions/addon-installer/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { functionIo, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -32,7 +32,7 @@ let io: Io<Config>;
 beforeAll(async () => {
   plane = await startHub(HUB);
   ({ cluster: hub, admin } = plane);
-  io = await functionIo(hub, spec.name, { hubCluster: HUB }, [ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource, PlacementDecisionResource]);
+  io = await functionIo(hub, fn.spec.name, { hubCluster: HUB }, [ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource, PlacementDecisionResource]);
 });
 
 afterAll(() => plane?.stop());
@@ -70,7 +70,7 @@ const installedOn = async (addon: string) =>
     .filter((a) => !a.metadata.deletionTimestamp)
     .map((a) => a.metadata.namespace!)
     .sort();
-const reconcile = (addon: string) => spec.reconcile(io, { cluster: HUB, name: addon });
+const reconcile = (addon: string) => fn.spec.reconcile(io, { cluster: HUB, name: addon });
 
 describe("install strategies", () => {
   type Row = { name: string; type: "Manual" | "Placements"; self?: boolean; decided: number[]; byHand: number[]; then: number[] };
@@ -87,7 +87,7 @@ describe("install strategies", () => {
     await decide(placement, row.decided.map((i) => clusters[i]!));
     const cma = await newAddon({ type: row.type, placements: row.type === "Placements" ? [placement] : undefined, self: row.self });
     for (const i of row.byHand) await admin.create(ManagedClusterAddOnV1alpha1Resource, { metadata: { name: cma.metadata.name, namespace: clusters[i] }, spec: {} });
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ClusterManagementAddOn", ...cma } }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ClusterManagementAddOn", ...cma } }))).statusCode).toBe(204);
     expect(await installedOn(cma.metadata.name)).toEqual(row.then.map((i) => clusters[i]!).sort());
   });
 
@@ -106,7 +106,7 @@ describe("install strategies", () => {
 
     const moved = await decide(placement, [b]);
     const event = objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1beta1", kind: "PlacementDecision", ...moved } });
-    expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(204);
     expect(await installedOn(cma.metadata.name)).toEqual([b]);
 
     // a decision naming a cluster that does not exist installs nothing there, and no error stops the rest
@@ -124,7 +124,7 @@ describe("install strategies", () => {
     const mca = (await admin.get<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, cma.metadata.name, c))!;
     await admin.delete(ManagedClusterAddOnV1alpha1Resource, cma.metadata.name, c);
     const event = objectEvent({ cluster: HUB, object: { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ManagedClusterAddOn", ...mca }, verb: "delete" });
-    expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(204);
     expect(await installedOn(cma.metadata.name)).toEqual([c]);
   });
 });
@@ -136,7 +136,7 @@ describe("events", () => {
     await decide(placement, [c]);
     const cma = await newAddon({ type: "Placements", placements: [placement] });
     const object = { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ClusterManagementAddOn", ...cma };
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object });
       expect((await postEvent(server.url, noCluster)).status).toBe(400);
@@ -148,7 +148,7 @@ describe("events", () => {
     }
     const other = await newCluster();
     await decide(placement, [c, other]);
-    expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, tickEvent(HUB))).statusCode).toBe(204);
     expect(await installedOn(cma.metadata.name)).toEqual([c, other].sort());
   });
 });
@@ -169,7 +169,7 @@ describe("failures", () => {
       const write = (level: string) => (fields: object, msg: string) => lines.push({ level, msg, ...fields });
       const logged: Io<Config> = { ...io, log: { info: write("info"), warn: write("warn"), error: write("error") } };
       const event = objectEvent({ cluster: HUB, object: { apiVersion: "addon.open-cluster-management.io/v1alpha1", kind: "ClusterManagementAddOn", ...cma } });
-      const reply = await handleEvent(spec, logged, event);
+      const reply = await handleEvent(fn.spec, logged, event);
       // both failures are admission's (a namespace being terminated): terminal, not retried
       expect(reply.statusCode, reply.body).toBe(422);
       const failed = lines.filter((l) => l.level !== "info");

@@ -29,7 +29,7 @@ import {
 } from "../../shared/api/addon.ts";
 import { AddOnMessage, addonAgentUser, addonGroups, deployWorkName, hubPermissionBindingName, templateAgentName } from "../../shared/api/addon-strings.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/addon-manager/reconcile.ts";
+import fn, { type Config } from "../../functions/addon-manager/reconcile.ts";
 import { goJson, specHash } from "../../functions/addon-manager/spec-hash.ts";
 import { overrideImage, substitute } from "../../functions/addon-manager/render.ts";
 import { enableAddon } from "../../cli/addon.ts";
@@ -52,7 +52,7 @@ beforeAll(async () => {
   plane = await startHub(HUB);
   ({ cluster: hub, admin } = plane);
   await applyManifests(admin, helloworldYaml);
-  io = await functionIo(hub, spec.name, { hubCluster: HUB }, [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource, AddOnDeploymentConfigV1alpha1Resource, PlacementDecisionResource]);
+  io = await functionIo(hub, fn.spec.name, { hubCluster: HUB }, [ManagedClusterAddOnV1alpha1Resource, ManifestWorkResource, AddOnDeploymentConfigV1alpha1Resource, PlacementDecisionResource]);
 });
 
 afterAll(() => plane?.stop());
@@ -65,7 +65,7 @@ async function newCluster(): Promise<string> {
   return c;
 }
 
-const reconcile = (c: string, addon: string) => spec.reconcile(io, { cluster: HUB, namespace: c, name: addon });
+const reconcile = (c: string, addon: string) => fn.spec.reconcile(io, { cluster: HUB, namespace: c, name: addon });
 const readAddon = async (c: string, addon: string) => (await admin.get<ManagedClusterAddOnV1alpha1>(ManagedClusterAddOnV1alpha1Resource, addon, c))!;
 const readWork = (c: string, name: string) => admin.get<ManifestWork>(ManifestWorkResource, name, c);
 const condition = (a: ManagedClusterAddOnV1alpha1, type: string) => findCondition(a.status?.conditions, type);
@@ -181,7 +181,7 @@ describe("deploying the helloworld AddOnTemplate add-on", () => {
     await reportWork(c, deployWorkName(HELLO, 0), row.applied, row.available);
     // the work's status event wakes the add-on it is labelled with
     const work = (await readWork(c, deployWorkName(HELLO, 0)))!;
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: work }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: work }))).statusCode).toBe(204);
     const addon = await readAddon(c, HELLO);
     expect(condition(addon, AddOnConditionType.ManifestApplied)).toMatchObject(row.manifestApplied);
     expect(condition(addon, AddOnConditionType.Progressing)).toMatchObject(row.progressing);
@@ -309,7 +309,7 @@ describe("configs and their spec hashes", () => {
     await admin.update(AddOnDeploymentConfigV1alpha1Resource, { ...config, spec: { ...config.spec, customizedVariables: [{ name: "V", value: "2" }] } });
     // the config's event wakes the add-on that uses it
     const changed = (await admin.get<AddOnDeploymentConfig>(AddOnDeploymentConfigV1alpha1Resource, "cfg", c))!;
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: changed }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: changed }))).statusCode).toBe(204);
     const after = await readAddon(c, addon);
     expect(hashOf(after)[0]![2]).not.toBe(first);
     expect(hashOf(after)[0]![2]).toBe(createHash("sha256").update(JSON.stringify({ spec: changed.spec })).digest("hex"));
@@ -416,7 +416,7 @@ describe("add-on health while the cluster is Unknown", () => {
     await admin.patch(ManagedClusterResource, c, { status: { conditions: setCondition(mc.status?.conditions, row.cluster, new Date()) } }, { subresource: "status" });
     // the cluster's event wakes each of its add-ons
     const updated = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...updated } }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...updated } }))).statusCode).toBe(204);
     for (const a of [HELLO, orphan]) expect(condition(await readAddon(c, a), AddOnConditionType.Available)).toMatchObject(row.then);
   });
 });
@@ -426,7 +426,7 @@ describe("events", () => {
     const c = await newCluster();
     await enableAddon(admin, { addon: HELLO, clusters: [c] });
     const mca = { apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", ...(await readAddon(c, HELLO)) };
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object: mca });
       expect((await postEvent(server.url, noCluster)).status).toBe(400);
@@ -438,7 +438,7 @@ describe("events", () => {
     }
     const other = await newCluster();
     await enableAddon(admin, { addon: HELLO, clusters: [other] });
-    expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, tickEvent(HUB))).statusCode).toBe(204);
     expect(await readWork(other, deployWorkName(HELLO, 0))).toBeDefined();
   });
 });

@@ -34,10 +34,10 @@ import { clientWithSecretFiles, secretText, type Secret } from "../../shared/hub
 import { X509Certificate } from "node:crypto";
 import { createCertificateAuthority, isIssuedBy, readCertificate } from "../../shared/pki.ts";
 import { enableAddon } from "../../cli/addon.ts";
-import { spec, ConfigSchema, type Config } from "../../functions/addon-registration/reconcile.ts";
+import fn, { ConfigSchema, type Config } from "../../functions/addon-registration/reconcile.ts";
 import { credentialsOf } from "../../functions/addon-registration/registrations.ts";
-import * as manager from "../../functions/addon-manager/reconcile.ts";
-import * as approver from "../../functions/addon-csr-approver/reconcile.ts";
+import manager, * as managerModule from "../../functions/addon-manager/reconcile.ts";
+import approver, * as approverModule from "../../functions/addon-csr-approver/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
@@ -60,8 +60,8 @@ let fleet: Fleet;
 let hub: KubeClient; // hub admin: enables add-ons, edits status as OCM's own tests do
 let spoke: KubeClient; // spoke admin: the test's eyes on the spoke
 let fnKubeconfig: string; // addon-registration's spoke identity
-let managerIo: Io<manager.Config>;
-let approverIo: Io<approver.Config>;
+let managerIo: Io<managerModule.Config>;
+let approverIo: Io<approverModule.Config>;
 let caPem: string;
 
 beforeAll(async () => {
@@ -69,7 +69,7 @@ beforeAll(async () => {
   hub = fleet.hub;
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(C).adminKubeconfig);
   const hubCluster = fleet.clusters.get(HUB);
-  fnKubeconfig = await identityFor(fleet.clusters.get(C), spec.name);
+  fnKubeconfig = await identityFor(fleet.clusters.get(C), fn.spec.name);
   // Joined, and the cluster's identity may already read its add-ons (granted at acceptance). From here
   // the test drives every function itself: the fleet's own get no more events.
   await joinedThenQuiet(fleet, C, agent().io, (asCluster) => asCluster.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C }));
@@ -96,7 +96,7 @@ const b64 = (s: string) => Buffer.from(s).toString("base64");
 function agent(o: Partial<Config> = {}) {
   const clock = manualClock();
   const io = testIo({ [C]: fnKubeconfig }, ConfigSchema.parse({ managementCluster: C, clusterName: C, ...o }), clock);
-  return { io, clock, reconcile: (addon: string) => reconcileKey(spec, io, { cluster: HUB, namespace: C, name: addon }) };
+  return { io, clock, reconcile: (addon: string) => reconcileKey(fn.spec, io, { cluster: HUB, namespace: C, name: addon }) };
 }
 
 type Registration = { type: "KubeClient" } | { type: "CustomSigner"; signerName: string };
@@ -259,7 +259,7 @@ describe("kubeClient registrations", { timeout: FLEET_TEST_MS }, () => {
     expect(await csrsOf(addon)).toHaveLength(1);
 
     const ns = await spoke.create<KubeObject>(NamespaceResource, { apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } });
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: C, object: ns, verb: "add", mode: "ref" }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, objectEvent({ cluster: C, object: ns, verb: "add", mode: "ref" }))).statusCode).toBe(204);
     expect(keysOf(await readSecret(namespace, `${addon}-hub-kubeconfig`))).toEqual(["cluster-name", "kubeconfig", "tls.crt", "tls.key"]);
     expect(await csrsOf(addon)).toHaveLength(1);
   });
@@ -397,7 +397,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
   it("collects a certificate through our CloudEvents HTTP server (shared/cloudevents-server.ts), and answers 400 to a malformed event", async () => {
     const a = agent();
     const addon = await templateAddon({ registrations: [{ type: "KubeClient" }] });
-    const server = await startFunctionServer(serve(spec, () => a.io));
+    const server = await startFunctionServer(serve(fn.spec, () => a.io));
     try {
       const mca = { apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", ...(await readAddon(addon)) };
       const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object: mca });
@@ -420,12 +420,12 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const a = agent();
     const addon = await templateAddon({ registrations: [{ type: "KubeClient" }] });
     const secret = { apiVersion: "v1", kind: "Secret", metadata: { name: "unrelated", namespace: "default" } };
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: C, object: secret }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, objectEvent({ cluster: C, object: secret }))).statusCode).toBe(204);
     const addonIn = (namespace: string) => ({ apiVersion: `${AddOnGroup}/v1alpha1`, kind: "ManagedClusterAddOn", metadata: { name: addon, namespace } });
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn("another-cluster") }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, objectEvent({ cluster: HUB, object: addonIn("another-cluster") }))).statusCode).toBe(204);
     expect(await csrsOf(addon)).toEqual([]);
     // control: the same add-on in this cluster's namespace asks for its certificate
-    expect((await handleEvent(spec, a.io, objectEvent({ cluster: HUB, object: addonIn(C) }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, objectEvent({ cluster: HUB, object: addonIn(C) }))).statusCode).toBe(204);
     expect(await csrsOf(addon)).toHaveLength(1);
   });
 });

@@ -20,7 +20,7 @@ import { AgentConfigConditionType, AgentConfigName, AgentConfigReason, AgentConf
 import { settingsHash } from "../../shared/agent-config.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/agent-config-rollout/reconcile.ts";
+import fn, { type Config } from "../../functions/agent-config-rollout/reconcile.ts";
 import { RolloutLabel, RolloutNamespaceAnnotation, countOf } from "../../shared/agent-config.ts";
 import { objectEvent, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
@@ -35,7 +35,7 @@ let io: Io<Config>;
 
 beforeAll(async () => {
   plane = await startHub(HUB);
-  io = testIo({ [HUB]: await readyIdentity(plane.cluster, spec.name, [AgentConfigResource, PlacementDecisionResource]) }, { hubCluster: HUB }, clock);
+  io = testIo({ [HUB]: await readyIdentity(plane.cluster, fn.spec.name, [AgentConfigResource, PlacementDecisionResource]) }, { hubCluster: HUB }, clock);
 }, 120_000);
 afterAll(() => plane?.stop());
 
@@ -83,7 +83,7 @@ const settings: AgentSettings = { statusSyncIntervalSeconds: 30, logLevel: "debu
 async function rollout(f: Fleet, strategy: RolloutStrategy, maxRolledBack?: number | string): Promise<void> {
   await plane.admin.create<AgentConfig>(AgentConfigResource, { metadata: { name: "tuning", namespace: f.ns }, spec: { settings, placementRef: { name: "all" }, rolloutStrategy: strategy, maxRolledBack } });
 }
-const run = (f: Fleet) => spec.reconcile(io, { cluster: HUB, namespace: f.ns, name: "tuning" });
+const run = (f: Fleet) => fn.spec.reconcile(io, { cluster: HUB, namespace: f.ns, name: "tuning" });
 
 const configOf = (cluster: string) => plane.admin.get<AgentConfig>(AgentConfigResource, AgentConfigName, cluster);
 async function assigned(f: Fleet): Promise<string[]> {
@@ -196,11 +196,11 @@ describe("the halt", () => {
         };
       },
     });
-    const replicaA = spec.reconcile({ ...io, cluster: () => client }, { cluster: HUB, namespace: f.ns, name: "tuning" });
+    const replicaA = fn.spec.reconcile({ ...io, cluster: () => client }, { cluster: HUB, namespace: f.ns, name: "tuning" });
     await isHolding;
     // Meanwhile b rolls back too, and replica B, which is not held, sees the halt.
     await verdict(b!, "rolledBack");
-    await spec.reconcile(testIo({ [HUB]: await readyIdentity(plane.cluster, spec.name, [AgentConfigResource]) }, { hubCluster: HUB }, clock), { cluster: HUB, namespace: f.ns, name: "tuning" });
+    await fn.spec.reconcile(testIo({ [HUB]: await readyIdentity(plane.cluster, fn.spec.name, [AgentConfigResource]) }, { hubCluster: HUB }, clock), { cluster: HUB, namespace: f.ns, name: "tuning" });
     const halted = (await fleetStatus(f))!.rollout!;
     expect(halted.phase).toBe("Halted");
     release();
@@ -276,7 +276,7 @@ describe("who the rollout acts for", () => {
     await decide(ns, "mine-decision-1", clusters, { placement, owned: false, client: attacker });
     await attacker.create<AgentConfig>(AgentConfigResource, { metadata: { name: "tuning", namespace: ns }, spec: { settings: hostile, placementRef: { name: "mine" }, trialSeconds: 3600 } });
 
-    await spec.reconcile(io, { cluster: HUB, namespace: ns, name: "tuning" });
+    await fn.spec.reconcile(io, { cluster: HUB, namespace: ns, name: "tuning" });
 
     for (const c of clusters) expect(await configOf(c)).toBeUndefined();
     expect(await conditionOf(ns, "tuning", "PlacementDecisionsTrusted")).toMatchObject({ status: "False", reason: "SchedulingDisabled" });
@@ -299,7 +299,7 @@ describe("who the rollout acts for", () => {
     await decide(ns, "mine-decision-1", [...clusters, mine], { placement, client: attacker });
     await attacker.create<AgentConfig>(AgentConfigResource, { metadata: { name: "tuning", namespace: ns }, spec: { settings: hostile, placementRef: { name: "mine" } } });
 
-    await spec.reconcile(io, { cluster: HUB, namespace: ns, name: "tuning" });
+    await fn.spec.reconcile(io, { cluster: HUB, namespace: ns, name: "tuning" });
 
     for (const c of clusters) expect(await configOf(c)).toBeUndefined();
     expect((await configOf(mine))?.spec).toEqual({ settings: hostile });
@@ -307,7 +307,7 @@ describe("who the rollout acts for", () => {
     expect(status.rollout).toMatchObject({ updated: [mine], excluded: clusters.map((cluster) => ({ cluster, reason: "NotInBoundClusterSet" })) });
     expect(status.conditions?.find((c) => c.type === "ClustersExcluded")).toMatchObject({ status: "True", reason: "NotInBoundClusterSet" });
     // and a later run still writes nothing there
-    await spec.reconcile(io, { cluster: HUB, namespace: ns, name: "tuning" });
+    await fn.spec.reconcile(io, { cluster: HUB, namespace: ns, name: "tuning" });
     for (const c of clusters) expect(await configOf(c)).toBeUndefined();
   });
 
@@ -375,7 +375,7 @@ describe("events", () => {
     const { parseEvent } = await import("../../shared/events.ts");
     const parsed = parseEvent(ce);
     if (!parsed.ok) throw new Error(parsed.reason);
-    return spec.keys(parsed.event, io);
+    return fn.spec.keys(parsed.event, io);
   };
 
   it("a cluster's own config wakes the rollout that wrote it; one no rollout wrote wakes nothing", async () => {
@@ -391,7 +391,7 @@ describe("events", () => {
   });
 
   it("a malformed event is refused with 400 and changes nothing", async () => {
-    const reply = await handleEvent(spec, io, { specversion: "1.0", id: "x", source: "test", type: "dev.knative.apiserver.resource.update" });
+    const reply = await handleEvent(fn.spec, io, { specversion: "1.0", id: "x", source: "test", type: "dev.knative.apiserver.resource.update" });
     expect(reply.statusCode).toBe(400);
   });
 });

@@ -38,7 +38,7 @@ import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, jsonLog, reconcileKey, serve, type Io, type Outcome } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
-import { spec, judge, ConfigSchema, ConfigNotServedReason, configNotServedMessage, type Config } from "../../functions/agent-config/reconcile.ts";
+import fn, { judge, ConfigSchema, ConfigNotServedReason, configNotServedMessage, type Config } from "../../functions/agent-config/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
@@ -70,7 +70,7 @@ beforeAll(async () => {
   fleet = await startFleet({ spokes: [{ name: C, autoApprove: true }], resyncMs: 60_000, heartbeats: false });
   hub = fleet.hub;
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(C).adminKubeconfig);
-  fnKubeconfig = await identityFor(fleet.clusters.get(C), spec.name);
+  fnKubeconfig = await identityFor(fleet.clusters.get(C), fn.spec.name);
   // Joined, and the cluster's identity may read its AgentConfigs (granted at acceptance).
   await joinedThenQuiet(fleet, C, agent().io, (asCluster) => asCluster.list(AgentConfigResource, { namespace: C }));
   const mc = await hub.get<Cluster>(ManagedClusterResource, C);
@@ -93,7 +93,7 @@ beforeEach(async () => {
 function agent(o: { allow?: string; installTime?: AgentSettings } = {}) {
   const clock = manualClock();
   const io: Io<Config> = testIo({ [C]: fnKubeconfig }, ConfigSchema.parse({ managementCluster: C, clusterName: C, allow: o.allow, installTime: o.installTime }), clock);
-  return { io, clock, run: (): Promise<Outcome> => reconcileKey(spec, io, key) };
+  return { io, clock, run: (): Promise<Outcome> => reconcileKey(fn.spec, io, key) };
 }
 
 // The hub admin's assignment: the cluster's AgentConfig with exactly this spec.
@@ -144,7 +144,7 @@ describe("which events wake the agent", { timeout: FLEET_TEST_MS }, () => {
     { name: "a ConfigMap named agent-health elsewhere", event: event(C, "ConfigMap", AgentHealthConfigMapName, "default"), wakes: false },
     { name: "a resync tick", event: { type: "tick" } as FunctionEvent, wakes: true },
   ])("$name: wakes the cluster's key: $wakes", async ({ event, wakes }) => {
-    expect(await spec.keys(event, agent().io)).toEqual(wakes ? [key] : { skip: expect.any(String) });
+    expect(await fn.spec.keys(event, agent().io)).toEqual(wakes ? [key] : { skip: expect.any(String) });
   });
 });
 
@@ -386,7 +386,7 @@ describe("a hub outage during a trial", { timeout: FLEET_TEST_MS * 2 }, () => {
       a.clock.advance(10_000);
       await record(HealthKey.Heartbeat, { hash, ok: false, since: a.clock.now(), error: "dial tcp: connect: connection refused" });
       a.clock.advance(200_000); // past the trial and far past a lease duration
-      const reply = await handleEvent(spec, a.io, tickEvent(C));
+      const reply = await handleEvent(fn.spec, a.io, tickEvent(C));
       expect(reply.statusCode).toBe(503); // so the source tries again
       expect((await checkpointMap())?.metadata.resourceVersion).toBe(kept?.metadata.resourceVersion);
       expect(await readActiveSettings(spoke, NS)).toEqual({ hash, settings });
@@ -452,15 +452,15 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const a = agent();
     const first = await assign({ settings: { logLevel: "warn" } });
     const firstEvent = agentConfigEvent(first);
-    expect((await handleEvent(spec, a.io, firstEvent)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, firstEvent)).statusCode).toBe(204);
     const second = await assign({ settings: { logLevel: "error" } });
     const secondEvent = agentConfigEvent(second);
-    expect((await handleEvent(spec, a.io, secondEvent)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, a.io, secondEvent)).statusCode).toBe(204);
     const settled = await checkpoint();
     expect(settled.active).toEqual({ hash: settingsHash({ logLevel: "error" }), settings: { logLevel: "error" } });
     const before = await versions();
 
-    for (const e of [secondEvent, firstEvent, firstEvent, secondEvent]) expect((await handleEvent(spec, a.io, e)).statusCode).toBe(204);
+    for (const e of [secondEvent, firstEvent, firstEvent, secondEvent]) expect((await handleEvent(fn.spec, a.io, e)).statusCode).toBe(204);
     expect(await versions()).toEqual(before);
     expect(await checkpoint()).toEqual(settled);
   });
@@ -468,7 +468,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
   it("answers a malformed event with 400 through our CloudEvents HTTP server (shared/cloudevents-server.ts), and reconciles a good one", async () => {
     const a = agent();
     await assign({ settings: { logLevel: "debug" } });
-    const server = await startFunctionServer(serve(spec, () => a.io));
+    const server = await startFunctionServer(serve(fn.spec, () => a.io));
     try {
       const { cluster: _dropped, ...noCluster } = agentConfigEvent((await assigned())!);
       expect((await postEvent(server.url, noCluster)).status).toBe(400);
@@ -502,8 +502,8 @@ describe("a hub that serves no AgentConfigs", { timeout: 180_000 }, () => {
     const role = (await hub.get<Role>(ClusterRoleResource, HubRbacName.RegistrationClusterRole))!;
     const lines: { level: string; msg: string; reason?: string }[] = [];
     const a = agent();
-    const io: Io<Config> = { ...a.io, log: jsonLog(spec.name, (line) => lines.push(JSON.parse(line))) };
-    const server = await startFunctionServer(serve(spec, () => io));
+    const io: Io<Config> = { ...a.io, log: jsonLog(fn.spec.name, (line) => lines.push(JSON.parse(line))) };
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       await hub.update(ClusterRoleResource, { ...role, rules: role.rules.filter((r) => !r.apiGroups?.includes(AgentConfigGroup)) });
       await hub.delete(CustomResourceDefinitionResource, ours.metadata.name!);

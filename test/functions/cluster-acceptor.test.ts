@@ -39,9 +39,9 @@ import { findCondition } from "../../shared/conditions.ts";
 import { microTime } from "../../shared/clock.ts";
 import { createCertificateRequest, generateKeyPair } from "../../shared/pki.ts";
 import { done, handleEvent, jsonLog, serve, type Io, type Reply } from "../../shared/harness.ts";
-import { fn, spec, type Config } from "../../functions/cluster-acceptor/reconcile.ts";
+import fn, { type Config } from "../../functions/cluster-acceptor/reconcile.ts";
 import { clusterRole } from "../../functions/cluster-acceptor/rbac.ts";
-import * as csrApprover from "../../functions/csr-approver/reconcile.ts";
+import csrApprover, * as csrApproverModule from "../../functions/csr-approver/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { recordingRequests } from "../support/requests.ts";
@@ -55,7 +55,7 @@ let plane: Hub;
 let hub: LocalCluster;
 let admin: KubeClient;
 let io: Io<Config>;
-let approverIo: Io<csrApprover.Config>;
+let approverIo: Io<csrApproverModule.Config>;
 let autoApprover: Requester;
 let otherBootstrapper: Requester;
 let edgeBootstrapper: Requester; // an auto-approval user for edge-* clusters only
@@ -66,7 +66,7 @@ beforeAll(async () => {
   await allowCsrRequests(admin, [BOOTSTRAP_GROUP]);
   [autoApprover, otherBootstrapper, edgeBootstrapper] = (await bootstrapIdentities(hub, BOOTSTRAP_GROUP, 3)) as [Requester, Requester, Requester];
   const config = { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*`] };
-  io = await functionIo(hub, spec.name, config, [ManagedClusterResource, ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource]);
+  io = await functionIo(hub, fn.spec.name, config, [ManagedClusterResource, ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource]);
   approverIo = await functionIo(hub, csrApprover.spec.name, config, [CertificateSigningRequestResource]);
   // what OCM's cluster-manager grants a bootstrap identity: create its ManagedCluster, request a certificate
   await applyManifests(admin, readFileSync(join(import.meta.dirname, "..", "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
@@ -96,7 +96,7 @@ async function bootstrapCsr(requester: KubeClient, c: string, commonName = agent
 }
 
 async function deliver(event: Record<string, unknown>): Promise<Reply> {
-  const reply = await handleEvent(spec, io, event);
+  const reply = await handleEvent(fn.spec, io, event);
   expect(reply.statusCode, reply.body).toBe(204);
   return reply;
 }
@@ -227,7 +227,7 @@ describe("accepting and denying clusters", () => {
     await admin.create(NamespaceResource, { metadata: { name: c, labels: { [ClusterLabel.ClusterName]: c }, finalizers: ["test.invalid/hold"] } });
     await admin.delete(NamespaceResource, c);
     try {
-      const reply = await handleEvent(spec, io, clusterEvent(await createCluster(c, true)));
+      const reply = await handleEvent(fn.spec, io, clusterEvent(await createCluster(c, true)));
       // a namespace being terminated is an admission denial: terminal, so no source retries it; the
       // resync looks at the cluster again (its namespace is not what acceptance leaves)
       expect(reply.statusCode).toBe(422);
@@ -563,7 +563,7 @@ describe("cluster deletion", () => {
     const logged = { ...io, log: jsonLog("test", (line) => lines.push(line)) };
     const rechecks: (string | undefined)[] = [];
     for (let i = 0; i < 3; i++) {
-      const reply = await handleEvent(spec, logged, clusterEvent((await readCluster(c))!));
+      const reply = await handleEvent(fn.spec, logged, clusterEvent((await readCluster(c))!));
       expect(reply.statusCode, reply.body).toBe(204);
       rechecks.push(reply.headers?.["x-recheck-after-ms"]);
     }
@@ -620,17 +620,17 @@ describe("event delivery", () => {
     const created = await createCluster(c, true);
     const { cluster: _dropped, ...noCluster } = clusterEvent(created);
     for (const event of [noCluster, { ...clusterEvent(created), data: { metadata: { name: "another" } } }, { ...clusterEvent(created), type: "dev.knative.apiserver.resource.poke" }]) {
-      expect((await handleEvent(spec, io, event)).statusCode).toBe(400);
+      expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(400);
     }
     expect((await readCluster(c))!.metadata.resourceVersion).toBe(created.metadata.resourceVersion);
     expect(await stateOf(c)).toMatchObject({ ...untouchedState, hubAcceptsClient: true });
     // control: the same event, well formed, accepts the cluster
-    expect((await handleEvent(spec, io, clusterEvent(created))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, clusterEvent(created))).statusCode).toBe(204);
     expect(await stateOf(c)).toMatchObject(acceptedState);
   });
 
   it("accepts through our CloudEvents HTTP server (shared/cloudevents-server.ts), answering 204", async () => {
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const c = `c${suffix()}`;
       const reply = await postEvent(server.url, clusterEvent(await createCluster(c, true), "add"));

@@ -16,7 +16,7 @@ import { ClusterEventReason, LeaseDurationTimes, ManagedClusterMessage, availabl
 import { findCondition, setCondition } from "../../shared/conditions.ts";
 import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io, type Outcome } from "../../shared/harness.ts";
-import { fn, spec, type Config, type Lease } from "../../functions/cluster-lease-monitor/reconcile.ts";
+import fn, { type Config, type Lease } from "../../functions/cluster-lease-monitor/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 import { recordingRequests } from "../support/requests.ts";
@@ -34,7 +34,7 @@ let kubeconfig: string;
 beforeAll(async () => {
   plane = await startHub(HUB);
   admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, spec.name, [ManagedClusterResource, LeaseResource]);
+  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [ManagedClusterResource, LeaseResource]);
 });
 
 afterAll(() => plane?.stop());
@@ -83,7 +83,7 @@ async function agentReportsAvailable(s: Scene): Promise<void> {
 }
 
 const readCluster = (c: string) => admin.get<ManagedCluster>(ManagedClusterResource, c);
-const reconcile = (s: Scene): Promise<Outcome> => spec.reconcile(s.io, { cluster: HUB, name: s.c });
+const reconcile = (s: Scene): Promise<Outcome> => fn.spec.reconcile(s.io, { cluster: HUB, name: s.c });
 
 type EventObject = KubeObject & { type?: string; reason?: string; message?: string; involvedObject?: { kind?: string; name?: string; uid?: string } };
 
@@ -165,7 +165,7 @@ describe("lease expiry", () => {
 
     await agentReportsAvailable(s);
     s.clock.advance(299 * S);
-    const reply = await handleEvent(spec, s.io, objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...(await readCluster(s.c))! } }));
+    const reply = await handleEvent(fn.spec, s.io, objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...(await readCluster(s.c))! } }));
     expect(reply.statusCode, reply.body).toBe(204);
     expect(await stateOf(s.c)).toMatchObject({ available: `True/${ManagedClusterReason.ManagedClusterAvailable}`, unknownEvents: 1 });
   });
@@ -240,7 +240,7 @@ describe("event delivery", () => {
   it("judges the cluster named by a renewed lease's namespace, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
     const s = scene();
     await seed(s, { renewedAgoS: 300 });
-    const server = await startFunctionServer(serve(spec, () => s.io));
+    const server = await startFunctionServer(serve(fn.spec, () => s.io));
     try {
       const lease = (await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, s.c))!;
       const reply = await postEvent(server.url, objectEvent({ cluster: HUB, object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", ...lease } }));
@@ -255,7 +255,7 @@ describe("event delivery", () => {
     const a = scene();
     const b = scene(LeaseDurationTimes, a.clock);
     await Promise.all([seed(a, { renewedAgoS: 300 }), seed(b, { renewedAgoS: 300 })]);
-    const reply = await handleEvent(spec, a.io, tickEvent(HUB));
+    const reply = await handleEvent(fn.spec, a.io, tickEvent(HUB));
     expect(reply.statusCode, reply.body).toBe(204);
     expect((await stateOf(a.c)).available).toBe(unknown);
     expect((await stateOf(b.c)).available).toBe(unknown);
@@ -285,12 +285,12 @@ describe("event delivery", () => {
     const other = { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: "kube-scheduler", namespace: s.c } };
     const lease = { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: ManagedClusterLeaseName, namespace: s.c } };
     for (const event of [objectEvent({ cluster: HUB, object: other }), objectEvent({ cluster: "spoke", object: lease }), tickEvent("spoke")]) {
-      const reply = await handleEvent(spec, s.io, event);
+      const reply = await handleEvent(fn.spec, s.io, event);
       expect(reply.statusCode, reply.body).toBe(204);
     }
     expect(await stateOf(s.c)).toEqual(before);
     // control: the cluster's own lease from the hub is judged, and it has expired
-    expect((await handleEvent(spec, s.io, objectEvent({ cluster: HUB, object: lease }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, s.io, objectEvent({ cluster: HUB, object: lease }))).statusCode).toBe(204);
     expect((await stateOf(s.c)).available).toBe(unknown);
   });
 
@@ -300,11 +300,11 @@ describe("event delivery", () => {
     const before = await stateOf(s.c);
     const { cluster: _dropped, ...withoutCluster } = objectEvent({ cluster: HUB, object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: ManagedClusterLeaseName, namespace: s.c } } });
     for (const event of [withoutCluster, { ...withoutCluster, cluster: HUB, type: "dev.knative.apiserver.resource.rename" }]) {
-      expect((await handleEvent(spec, s.io, event)).statusCode).toBe(400);
+      expect((await handleEvent(fn.spec, s.io, event)).statusCode).toBe(400);
     }
     expect(await stateOf(s.c)).toEqual(before);
     // control: well formed, the same event makes the accepted cluster's missing lease
-    expect((await handleEvent(spec, s.io, { ...withoutCluster, cluster: HUB })).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, s.io, { ...withoutCluster, cluster: HUB })).statusCode).toBe(204);
     expect((await stateOf(s.c)).lease).toBe("present");
   });
 });

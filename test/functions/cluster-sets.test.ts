@@ -22,7 +22,7 @@ import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { parseEvent } from "../../shared/events.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/cluster-sets/reconcile.ts";
+import clusterSets, { type Config } from "../../functions/cluster-sets/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -42,14 +42,14 @@ let io: Io<Config>;
 beforeAll(async () => {
   plane = await startHub(HUB);
   admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, spec.name, [ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource]);
+  kubeconfig = await readyIdentity(plane.cluster, clusterSets.spec.name, [ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource]);
   io = testIo({ [HUB]: kubeconfig }, { hubCluster: HUB }, clock);
   fn = io.cluster(HUB);
 });
 
 afterAll(() => plane?.stop());
 
-const reconcile = (name: string) => spec.reconcile(io, { cluster: HUB, name });
+const reconcile = (name: string) => clusterSets.spec.reconcile(io, { cluster: HUB, name });
 const readSet = (name: string) => admin.get<ManagedClusterSet>(ManagedClusterSetResource, name);
 const readCluster = (name: string) => admin.get<ManagedCluster>(ManagedClusterResource, name);
 const readBinding = (namespace: string, name: string) => admin.get<ManagedClusterSetBinding>(ManagedClusterSetBindingResource, name, namespace);
@@ -190,13 +190,13 @@ describe("set status", () => {
 
     // the cluster's event names only its new set: the set it left is recounted too
     const moved = await relabel(one.metadata.name, { [SET_LABEL]: b });
-    expect((await handleEvent(spec, io, clusterEvent(moved))).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, clusterEvent(moved))).statusCode).toBe(204);
     expect(await emptyOf(a)).toMatchObject(selected(1));
     expect(await emptyOf(b)).toMatchObject(selected(1));
 
     clock.advance(60_000);
     await admin.delete(ManagedClusterResource, moved.metadata.name);
-    expect((await handleEvent(spec, io, clusterEvent(moved, "delete", "ref"))).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, clusterEvent(moved, "delete", "ref"))).statusCode).toBe(204);
     expect(await emptyOf(b)).toMatchObject({ ...selected(0), lastTransitionTime: rfc3339(clock.now()) });
     expect(await emptyOf(a)).toMatchObject(selected(1));
   });
@@ -234,10 +234,10 @@ describe("set status", () => {
       await reconcile(name);
       expect(await emptyOf(name)).toMatchObject(selected(0));
       const mc = await makeCluster({ [tier]: "bronze" });
-      expect((await handleEvent(spec, io, clusterEvent(mc, "add"))).statusCode).toBe(204);
+      expect((await handleEvent(clusterSets.spec, io, clusterEvent(mc, "add"))).statusCode).toBe(204);
       expect(await emptyOf(name)).toMatchObject(selected(1));
       const changed = await relabel(mc.metadata.name, { [tier]: "gold" });
-      expect((await handleEvent(spec, io, clusterEvent(changed))).statusCode).toBe(204);
+      expect((await handleEvent(clusterSets.spec, io, clusterEvent(changed))).statusCode).toBe(204);
       expect(await emptyOf(name)).toMatchObject(selected(0));
     });
   });
@@ -330,13 +330,13 @@ describe("bindings", () => {
       await admin.create(ManagedClusterSetBindingResource, { metadata: { name, namespace: ns }, spec: { clusterSet: name } });
     }
 
-    expect((await handleEvent(spec, io, bindingEvent(ns1, set))).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, bindingEvent(ns1, set))).statusCode).toBe(204);
     for (const ns of [ns1, ns2]) expect(await boundOf(ns, set)).toMatchObject({ status: "False", reason: "ClusterSetNotFound", message: "" });
     expect(await boundOf(ns1, unrelated)).toBeUndefined(); // another set's binding is not this key's
 
     clock.advance(60_000);
     await makeSet(set);
-    expect((await handleEvent(spec, io, setEvent(set, "add"))).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, setEvent(set, "add"))).statusCode).toBe(204);
     for (const ns of [ns1, ns2]) expect(await boundOf(ns, set)).toMatchObject({ status: "True", reason: "ClusterSetBound", message: "", lastTransitionTime: rfc3339(clock.now()) });
 
     const before = await readBinding(ns1, set);
@@ -345,7 +345,7 @@ describe("bindings", () => {
 
     clock.advance(60_000);
     await admin.delete(ManagedClusterSetResource, set);
-    expect((await handleEvent(spec, io, setEvent(set, "delete"))).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, setEvent(set, "delete"))).statusCode).toBe(204);
     for (const ns of [ns1, ns2]) expect(await boundOf(ns, set)).toMatchObject({ status: "False", reason: "ClusterSetNotFound", lastTransitionTime: rfc3339(clock.now()) });
   });
 
@@ -358,7 +358,7 @@ describe("bindings", () => {
     await reconcile(set);
     expect(await boundOf(ns, set)).toMatchObject({ status: "True" });
     await admin.delete(ManagedClusterSetResource, set);
-    expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, tickEvent(HUB))).statusCode).toBe(204);
     expect(await boundOf(ns, set)).toMatchObject({ status: "False", reason: "ClusterSetNotFound" });
   });
 });
@@ -367,7 +367,7 @@ describe("event delivery", () => {
   const keysOf = async (ce: Record<string, unknown>) => {
     const parsed = parseEvent(ce);
     if (!parsed.ok) throw new Error(parsed.reason);
-    const keys = await spec.keys(parsed.event, io);
+    const keys = await clusterSets.spec.keys(parsed.event, io);
     return Array.isArray(keys) ? keys.map((k) => k.name).sort() : keys;
   };
   const allSets = async () => (await admin.list<ManagedClusterSet>(ManagedClusterSetResource)).items.map((s) => s.metadata.name);
@@ -414,11 +414,11 @@ describe("event delivery", () => {
     const created = await makeSet(name);
     const event = setEvent(name, "add", "resource");
     for (const bad of [{ ...event, cluster: undefined }, { ...event, data: { metadata: { name: "someone-else" } } }, { ...event, type: "dev.knative.apiserver.resource.touch" }]) {
-      expect((await handleEvent(spec, io, bad)).statusCode).toBe(400);
+      expect((await handleEvent(clusterSets.spec, io, bad)).statusCode).toBe(400);
     }
     expect((await readSet(name))?.metadata.resourceVersion).toBe(created.metadata.resourceVersion);
     // control: the same event, well formed, writes the set's status
-    expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
+    expect((await handleEvent(clusterSets.spec, io, event)).statusCode).toBe(204);
     expect(await emptyOf(name)).toMatchObject(selected(0));
   });
 
@@ -426,7 +426,7 @@ describe("event delivery", () => {
     const name = `set-${suffix()}`;
     await makeCluster({ [SET_LABEL]: name });
     await makeSet(name);
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(clusterSets.spec, () => io));
     try {
       const reply = await postEvent(server.url, setEvent(name, "add", "resource"));
       expect(reply.status, reply.body).toBe(204);

@@ -7,7 +7,7 @@ import type { NewCondition } from "../../shared/conditions.ts";
 import { setCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/cluster-taints/reconcile.ts";
+import fn, { type Config } from "../../functions/cluster-taints/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -22,7 +22,7 @@ let kubeconfig: string;
 beforeAll(async () => {
   plane = await startHub(HUB);
   admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, spec.name, [ManagedClusterResource]);
+  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [ManagedClusterResource]);
 });
 
 afterAll(() => plane?.stop());
@@ -54,7 +54,7 @@ async function setAvailable(s: Scene, a: Availability): Promise<void> {
 }
 
 const readCluster = (c: string) => admin.get<ManagedCluster>(ManagedClusterResource, c);
-const reconcile = (s: Scene) => spec.reconcile(s.io, { cluster: HUB, name: s.c });
+const reconcile = (s: Scene) => fn.spec.reconcile(s.io, { cluster: HUB, name: s.c });
 const taintsOf = async (c: string) => (await readCluster(c))?.spec?.taints ?? [];
 const clusterEvent = (mc: ManagedCluster) => objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...mc } });
 
@@ -123,7 +123,7 @@ describe("event delivery", () => {
   it("taints the cluster named by a ManagedCluster event, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
     const s = scene();
     const mc = await seed(s, { available: "False" });
-    const server = await startFunctionServer(serve(spec, () => s.io));
+    const server = await startFunctionServer(serve(fn.spec, () => s.io));
     try {
       const reply = await postEvent(server.url, clusterEvent(mc));
       expect(reply.status, reply.body).toBe(204);
@@ -136,7 +136,7 @@ describe("event delivery", () => {
   it("looks at every cluster on a resync tick", async () => {
     const [a, b] = [scene(), scene()];
     await Promise.all([seed(a, { available: "Unknown" }), seed(b, { available: "False" })]);
-    const reply = await handleEvent(spec, a.io, tickEvent(HUB));
+    const reply = await handleEvent(fn.spec, a.io, tickEvent(HUB));
     expect(reply.statusCode, reply.body).toBe(204);
     expect((await taintsOf(a.c)).map((t) => t.key)).toEqual([TaintKey.Unreachable]);
     expect((await taintsOf(b.c)).map((t) => t.key)).toEqual([TaintKey.Unavailable]);
@@ -147,9 +147,9 @@ describe("event delivery", () => {
     const [settledMc, offMc] = await Promise.all([seed(settled, { available: "True" }), seed(off, { available: "False" })]);
     // an io that fails any read: a reconcile would answer 500
     const noReads: Io<Config> = { ...settled.io, cluster: () => { throw new Error("read attempted"); } };
-    expect((await handleEvent(spec, noReads, clusterEvent(settledMc))).statusCode).toBe(204);
-    expect((await handleEvent(spec, noReads, clusterEvent(offMc))).statusCode).toBe(500); // control: not settled, so read
-    const keys = await spec.keys({ type: "tick", cluster: HUB }, settled.io);
+    expect((await handleEvent(fn.spec, noReads, clusterEvent(settledMc))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, noReads, clusterEvent(offMc))).statusCode).toBe(500); // control: not settled, so read
+    const keys = await fn.spec.keys({ type: "tick", cluster: HUB }, settled.io);
     if (!Array.isArray(keys)) throw new Error(`skipped: ${keys.skip}`);
     expect(keys.map((k) => k.name)).toContain(off.c);
     expect(keys.map((k) => k.name)).not.toContain(settled.c);
@@ -160,11 +160,11 @@ describe("event delivery", () => {
     const mc = await seed(s, { available: "Unknown" });
     const event = clusterEvent(mc);
     for (const bad of [{ ...event, cluster: undefined }, { ...event, data: { metadata: { name: "someone-else" } } }]) {
-      expect((await handleEvent(spec, s.io, bad)).statusCode).toBe(400);
+      expect((await handleEvent(fn.spec, s.io, bad)).statusCode).toBe(400);
     }
     expect((await readCluster(s.c))!.metadata.resourceVersion).toBe(mc.metadata.resourceVersion);
     // control: the same event, well formed, does taint the cluster
-    expect((await handleEvent(spec, s.io, event)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, s.io, event)).statusCode).toBe(204);
     expect((await taintsOf(s.c)).map((t) => t.key)).toEqual([TaintKey.Unreachable]);
   });
 });

@@ -12,7 +12,7 @@ import { CsrUsages, ManagedClustersGroup, agentUser, clusterGroup } from "../../
 import { resourcePath } from "../../shared/kube/client.ts";
 import { createCertificateRequest, generateKeyPair, type Subject } from "../../shared/pki.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/csr-approver/reconcile.ts";
+import fn, { type Config } from "../../functions/csr-approver/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { allowCsrRequests, bootstrapIdentities, functionIo, startHub, type Hub, type Requester } from "../support/fixtures.ts";
@@ -35,7 +35,7 @@ beforeAll(async () => {
   await allowCsrRequests(admin, [BOOTSTRAP_GROUP, ManagedClustersGroup]);
   [autoApprover, otherBootstrapper, edgeBootstrapper] = (await bootstrapIdentities(hub, BOOTSTRAP_GROUP, 3)) as [Requester, Requester, Requester];
   const config = { hubCluster: HUB, autoApprovalUsers: [autoApprover.user, `${edgeBootstrapper.user}=edge-*|lab`] };
-  io = await functionIo(hub, spec.name, config, [CertificateSigningRequestResource]);
+  io = await functionIo(hub, fn.spec.name, config, [CertificateSigningRequestResource]);
 });
 
 afterAll(() => plane?.stop());
@@ -139,7 +139,7 @@ describe("approving cluster agent CSRs", () => {
     const csr = await createCsr(requester.client, c, (row.shape ?? agentCsr)(c));
     expect(csr.spec.username).toBe(requester.user);
 
-    const reply = await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }));
+    const reply = await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }));
     expect(reply.statusCode).toBe(204);
 
     const after = await readCsr(csr.metadata.name);
@@ -162,9 +162,9 @@ describe("events", () => {
     const c = `c${suffix()}`;
     const csr = await createCsr(autoApprover.client, c, agentCsr(c));
     const event = objectEvent({ cluster: HUB, object: csr, verb: "add" });
-    expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(204);
     const once = await readCsr(csr.metadata.name);
-    expect((await handleEvent(spec, io, event)).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, event)).statusCode).toBe(204);
     const twice = await readCsr(csr.metadata.name);
     expect(approvals(twice)).toHaveLength(1);
     expect(approvals(twice)).toEqual(approvals(once));
@@ -173,10 +173,10 @@ describe("events", () => {
   it("finds pending agent CSRs on a resync tick, and acts on Reference-mode events alike", async () => {
     const [a, b] = [`c${suffix()}`, `c${suffix()}`];
     const byTick = await createCsr(autoApprover.client, a, agentCsr(a));
-    expect((await handleEvent(spec, io, tickEvent(HUB))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, tickEvent(HUB))).statusCode).toBe(204);
     expect(approvals(await readCsr(byTick.metadata.name))).toHaveLength(1);
     const byRef = await createCsr(autoApprover.client, b, agentCsr(b));
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: byRef, mode: "ref" }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: byRef, mode: "ref" }))).statusCode).toBe(204);
     expect(approvals(await readCsr(byRef.metadata.name))).toHaveLength(1);
   });
 
@@ -184,28 +184,28 @@ describe("events", () => {
     const c = `c${suffix()}`;
     const csr = await createCsr(autoApprover.client, c, agentCsr(c));
     const { cluster: _dropped, ...noCluster } = objectEvent({ cluster: HUB, object: csr, verb: "add" });
-    const reply = await handleEvent(spec, io, noCluster);
+    const reply = await handleEvent(fn.spec, io, noCluster);
     expect(reply.statusCode).toBe(400);
     const wrongData = { ...objectEvent({ cluster: HUB, object: csr }), data: { metadata: { name: "someone-else" } } };
-    expect((await handleEvent(spec, io, wrongData)).statusCode).toBe(400);
+    expect((await handleEvent(fn.spec, io, wrongData)).statusCode).toBe(400);
     expect((await readCsr(csr.metadata.name)).status?.conditions ?? []).toEqual([]);
     // control: the same CSR's well-formed event approves it
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
     expect(approvals(await readCsr(csr.metadata.name))).toHaveLength(1);
   });
 
   it("skips events from a cluster other than the hub", async () => {
     const c = `c${suffix()}`;
     const csr = await createCsr(autoApprover.client, c, agentCsr(c));
-    expect((await handleEvent(spec, io, objectEvent({ cluster: "spoke", object: csr, verb: "add" }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: "spoke", object: csr, verb: "add" }))).statusCode).toBe(204);
     expect((await readCsr(csr.metadata.name)).status?.conditions ?? []).toEqual([]);
     // control: the same event from the hub approves it
-    expect((await handleEvent(spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, io, objectEvent({ cluster: HUB, object: csr, verb: "add" }))).statusCode).toBe(204);
     expect(approvals(await readCsr(csr.metadata.name))).toHaveLength(1);
   });
 
   it("approves through our CloudEvents HTTP server (shared/cloudevents-server.ts) and answers 204, or 400 for a malformed event", async () => {
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const c = `c${suffix()}`;
       const csr = await createCsr(autoApprover.client, c, agentCsr(c));

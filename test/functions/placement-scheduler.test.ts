@@ -19,7 +19,7 @@ import { NamespaceResource } from "../../shared/api/kube.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, type Io } from "../../shared/harness.ts";
-import { spec, type Config } from "../../functions/placement-scheduler/reconcile.ts";
+import fn, { type Config } from "../../functions/placement-scheduler/reconcile.ts";
 import { Semver, compareSemver } from "../../functions/placement-scheduler/cel.ts";
 import { objectEvent, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
@@ -32,7 +32,7 @@ let kubeconfig: string;
 
 beforeAll(async () => {
   plane = await startHub(HUB);
-  kubeconfig = await readyIdentity(plane.cluster, spec.name, [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource]);
+  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource]);
 }, 120_000);
 
 afterAll(() => plane?.stop());
@@ -74,7 +74,7 @@ const addClusters = (s: Scene, n: number, c: ClusterSpec = {}) => Promise.all(Ar
 async function place(s: Scene, name: string, spec: Placement["spec"] = {}, annotations?: Record<string, string>): Promise<Placement> {
   return plane.admin.create<Placement>(PlacementResource, { metadata: { name, namespace: s.ns, annotations }, spec });
 }
-const run = (s: Scene, name: string) => spec.reconcile(s.io, { cluster: HUB, namespace: s.ns, name });
+const run = (s: Scene, name: string) => fn.spec.reconcile(s.io, { cluster: HUB, namespace: s.ns, name });
 const readPlacement = async (s: Scene, name: string) => (await plane.admin.get<Placement>(PlacementResource, name, s.ns))!;
 async function decisionObjects(s: Scene, name: string): Promise<PlacementDecision[]> {
   const { items } = await plane.admin.list<PlacementDecision>(PlacementDecisionResource, { namespace: s.ns, labelSelector: `${ClusterLabel.Placement}=${name}` });
@@ -471,10 +471,10 @@ describe("events", () => {
     const { parseEvent } = await import("../../shared/events.ts");
     const parsed = parseEvent(ce);
     if (!parsed.ok) throw new Error(parsed.reason);
-    return spec.keys(parsed.event, s.io);
+    return fn.spec.keys(parsed.event, s.io);
   };
 
-  it("skips the update that is only its own status write, not a spec change", async () => {
+  it("skips the update that is only its own status write, not a fn.spec change", async () => {
     const s = await scene();
     await addClusters(s, 1);
     await place(s, "p");
@@ -522,7 +522,7 @@ describe("events", () => {
     await place(s, "p");
     const keys = await keysOf(s, tickEvent(HUB));
     expect(keys).toContainEqual({ cluster: HUB, namespace: s.ns, name: "p" });
-    const reply = await handleEvent(spec, s.io, { specversion: "1.0", id: "x", source: "test", type: "dev.knative.apiserver.resource.update" });
+    const reply = await handleEvent(fn.spec, s.io, { specversion: "1.0", id: "x", source: "test", type: "dev.knative.apiserver.resource.update" });
     expect(reply.statusCode).toBe(400);
     expect(await decisionObjects(s, "p")).toEqual([]);
   });

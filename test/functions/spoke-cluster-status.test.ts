@@ -23,7 +23,7 @@ import { manualClock, microTime, rfc3339, type Clock } from "../../shared/clock.
 import { done, handleEvent, reconcileKey, serve, type Io } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
 import { sumResourceLists } from "../../shared/quantity.ts";
-import { spec, ConfigSchema, type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
+import fn, { type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
 import { failureDetail, probeKubeAPIServer, probeStateName, staleLease } from "../../functions/spoke-cluster-status/steps/available.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
@@ -56,7 +56,7 @@ beforeAll(async () => {
   await fleet.stopRelay("hub"); // the hub's lease monitor would set back the ClockSynced the tests write
   await fleet.stopHeartbeat(CLUSTER); // its own health record would move agent-health's resourceVersion
   spokeAdmin = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
-  fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name);
+  fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), fn.spec.name);
 }, FLEET_START_MS);
 
 afterAll(async () => {
@@ -77,8 +77,8 @@ async function renewLease(at: Date): Promise<void> {
 
 const key = { cluster: CLUSTER, name: CLUSTER };
 const ioWith = (o: { clock?: Clock; kubeconfig?: string; config?: Partial<Config> } = {}): Io<Config> =>
-  testIo({ [CLUSTER]: o.kubeconfig ?? fnKubeconfig }, ConfigSchema.parse({ managementCluster: CLUSTER, clusterName: CLUSTER, ...o.config }), o.clock ?? manualClock());
-const run = (io: Io<Config>) => reconcileKey(spec, io, key);
+  testIo({ [CLUSTER]: o.kubeconfig ?? fnKubeconfig }, fn.definition.config.parse({ managementCluster: CLUSTER, clusterName: CLUSTER, ...o.config }), o.clock ?? manualClock());
+const run = (io: Io<Config>) => reconcileKey(fn.spec, io, key);
 
 const hubCluster = () => fleet.hub.get<Cluster>(ManagedClusterResource, CLUSTER);
 const statusOf = async (): Promise<Status> => (await hubCluster())?.status ?? {};
@@ -143,7 +143,7 @@ describe("which events wake the function", { timeout: FLEET_TEST_MS }, () => {
     { name: "a node on another cluster", event: event("hub", "Node", "n1"), wakes: false },
     { name: "a ConfigMap on the spoke", event: event(CLUSTER, "ConfigMap", "x", AgentNamespaceDefault), wakes: false },
   ])("$name wakes the cluster: $wakes", async ({ event, wakes }) => {
-    const keys = await spec.keys(event, ioWith());
+    const keys = await fn.spec.keys(event, ioWith());
     expect(keys).toEqual(wakes ? [key] : { skip: expect.any(String) });
   });
 });
@@ -169,7 +169,7 @@ describe("availability", { timeout: FLEET_TEST_MS }, () => {
 
     await withoutStockHealthGrants(denied, async () => {
       const rv = (await hubCluster())!.metadata.resourceVersion;
-      const first = await handleEvent(spec, denied, tickEvent());
+      const first = await handleEvent(fn.spec, denied, tickEvent());
       expect(first).toMatchObject({ statusCode: 204, headers: { "x-recheck-after-ms": "5000" } });
       expect((await hubCluster())!.metadata.resourceVersion).toBe(rv);
       const streak = await spokeAdmin.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, probeStateName(CLUSTER), AgentNamespaceDefault);
@@ -219,7 +219,7 @@ describe("the kube-apiserver's answer in the condition", { timeout: FLEET_TEST_M
 
 // The function's own RBAC from its manifest, but without the binding that grants /livez and /healthz.
 async function probeDeniedIdentity(): Promise<string> {
-  const kubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name, "-probe-denied");
+  const kubeconfig = await identityFor(fleet.clusters.get(CLUSTER), fn.spec.name, "-probe-denied");
   await spokeAdmin.delete(ClusterRoleBindingResource, `${PROBE_ROLE}-probe-denied`);
   return kubeconfig;
 }
@@ -355,7 +355,7 @@ describe("clock", { timeout: FLEET_TEST_MS }, () => {
 describe("through the function runtime", { timeout: FLEET_TEST_MS }, () => {
   it("sums a new node's resources when the node's event arrives over HTTP", async () => {
     const io = ioWith();
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     const [node] = await createNodes({ solo: { capacity: { cpu: "8", memory: "32Gi" }, allocatable: { cpu: "7500m", memory: "30Gi" } } });
     try {
       const reply = await postEvent(server.url, objectEvent({ cluster: CLUSTER, object: { apiVersion: "v1", kind: "Node", metadata: { name: node! } }, verb: "add", mode: "ref" }));
@@ -431,7 +431,7 @@ describe("agent settings", { timeout: FLEET_TEST_MS }, () => {
       expect(await exposed()).toEqual(["c-1"]);
 
       await activate({ statusSyncIntervalSeconds: 30, clusterClaimLimit: 2 });
-      expect(await handleEvent(spec, io, tickEvent())).toEqual({ statusCode: 204, headers: { "x-recheck-after-ms": "30000" } });
+      expect(await handleEvent(fn.spec, io, tickEvent())).toEqual({ statusCode: 204, headers: { "x-recheck-after-ms": "30000" } });
       expect(await exposed()).toEqual(["c-1", "c-2"]);
 
       await withoutAgentConfig();
@@ -538,7 +538,7 @@ describe("a stale lease", { timeout: FLEET_TEST_MS }, () => {
     const rv = (await hubCluster())!.metadata.resourceVersion;
     for (let i = 0; i < 3; i++) {
       clock.advance(1_000);
-      expect(await handleEvent(spec, io, objectEvent({ cluster: "hub", object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...(await hubCluster())! } }))).toMatchObject({ statusCode: 204 });
+      expect(await handleEvent(fn.spec, io, objectEvent({ cluster: "hub", object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...(await hubCluster())! } }))).toMatchObject({ statusCode: 204 });
     }
     expect((await hubCluster())!.metadata.resourceVersion).toBe(rv);
     expect(await conditionOf(Available)).toMatchObject(unknown);

@@ -28,7 +28,7 @@ import { findCondition } from "../../shared/conditions.ts";
 import { manualClock, microTime, type Clock } from "../../shared/clock.ts";
 import { reconcileKey, type Io } from "../../shared/harness.ts";
 import type { FunctionEvent } from "../../shared/events.ts";
-import { spec, ConfigSchema, type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
+import fn, { type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
 import { identityFor, testIo } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 
@@ -51,7 +51,7 @@ beforeAll(async () => {
   fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true }], resyncMs: 2_000, nodes: false });
   await eventually(async () => expect(findCondition((await hubCluster())?.status?.conditions, ManagedClusterConditionType.Joined)?.status).toBe("True"), { timeoutMs: 45_000 });
   spokeAdmin = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
-  fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), spec.name);
+  fnKubeconfig = await identityFor(fleet.clusters.get(CLUSTER), fn.spec.name);
   const bootstrap = (await spokeAdmin.get<KubeObject & { data: Record<string, string> }>(SecretResource, BootstrapSecretName, AgentNamespaceDefault))!;
   const server = (parse(Buffer.from(bootstrap.data[HubSecretKey.Kubeconfig]!, "base64").toString()) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster.server;
   hubLabel = `clusterset.open-cluster-management.io/${createHash("sha256").update(server).digest("hex").slice(0, 63)}`;
@@ -63,8 +63,8 @@ afterAll(async () => {
 });
 
 const key = { cluster: CLUSTER, name: CLUSTER };
-const ioWith = (o: { clock?: Clock } = {}): Io<Config> => testIo({ [CLUSTER]: fnKubeconfig }, ConfigSchema.parse({ managementCluster: CLUSTER, clusterName: CLUSTER }), o.clock ?? manualClock());
-const run = (io: Io<Config>) => reconcileKey(spec, io, key);
+const ioWith = (o: { clock?: Clock } = {}): Io<Config> => testIo({ [CLUSTER]: fnKubeconfig }, fn.definition.config.parse({ managementCluster: CLUSTER, clusterName: CLUSTER }), o.clock ?? manualClock());
+const run = (io: Io<Config>) => reconcileKey(fn.spec, io, key);
 const hubCluster = () => fleet.hub.get<Cluster>(ManagedClusterResource, CLUSTER);
 const managedOf = async (): Promise<ClusterSetManagedNamespace[]> => (await hubCluster())?.status?.managedNamespaces ?? [];
 const spokeNamespace = (name: string) => spokeAdmin.get<Namespace>(NamespaceResource, name);
@@ -159,10 +159,10 @@ describe("the agent's side, called directly", { timeout: FLEET_TEST_MS }, () => 
       object: { apiVersion: "v1", kind: "Namespace", metadata: { name: "some-ns", labels } },
     });
     for (const verb of ["add", "update", "delete"] as const) {
-      expect(await spec.keys(event(verb, { [hubLabel]: "true" }), io)).toEqual([key]);
-      expect(await spec.keys(event(verb, { [hubLabel]: "false" }), io)).toEqual([key]);
+      expect(await fn.spec.keys(event(verb, { [hubLabel]: "true" }), io)).toEqual([key]);
+      expect(await fn.spec.keys(event(verb, { [hubLabel]: "false" }), io)).toEqual([key]);
     }
-    for (const labels of [undefined, { team: "blue" }, { [ClusterLabel.ClusterSet]: "s" }] as (Record<string, string> | undefined)[]) expect(await spec.keys(event("update", labels), io)).toEqual({ skip: "not this cluster's object: Namespace /some-ns" });
+    for (const labels of [undefined, { team: "blue" }, { [ClusterLabel.ClusterSet]: "s" }] as (Record<string, string> | undefined)[]) expect(await fn.spec.keys(event("update", labels), io)).toEqual({ skip: "not this cluster's object: Namespace /some-ns" });
   });
 
   it("puts a deleted managed namespace back on the next call, and its label when someone removed it", async () => {

@@ -14,9 +14,9 @@ import { handleEvent, reconcileKey, serve } from "../../shared/harness.ts";
 import { bootstrappedHubClient, clientWithSecretFiles, secretText, type Secret } from "../../shared/hub-credentials.ts";
 import { manualClock } from "../../shared/clock.ts";
 import { parseCertificateRequest, readCertificate } from "../../shared/pki.ts";
-import { spec, ConfigSchema, pendingSecretName, type Config } from "../../functions/spoke-registration/reconcile.ts";
-import * as acceptor from "../../functions/cluster-acceptor/reconcile.ts";
-import * as approver from "../../functions/csr-approver/reconcile.ts";
+import fn, { ConfigSchema, pendingSecretName, type Config } from "../../functions/spoke-registration/reconcile.ts";
+import acceptor from "../../functions/cluster-acceptor/reconcile.ts";
+import approver from "../../functions/csr-approver/reconcile.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
@@ -60,7 +60,7 @@ async function newAgent(o: Partial<Config> = {}, clusterEntryName = "hub") {
   const clock = manualClock();
   const io = testIo({ spoke: fnKubeconfig }, config, clock);
   const key = { cluster: "spoke", name: config.clusterName };
-  return { config, io, clock, key, token, reconcile: () => reconcileKey(spec, io, key) };
+  return { config, io, clock, key, token, reconcile: () => reconcileKey(fn.spec, io, key) };
 }
 
 async function writeBootstrap(config: Config, kubeconfig: string, clusterEntryName: string) {
@@ -124,7 +124,7 @@ describe("bootstrap", () => {
     const [csr] = await csrsOf(agent.config.clusterName);
     const signed = await approveAndWaitSigned(csr!.metadata.name);
 
-    const server = await startFunctionServer(serve(spec, () => agent.io));
+    const server = await startFunctionServer(serve(fn.spec, () => agent.io));
     try {
       const reply = await postEvent(server.url, objectEvent({ cluster: "hub", object: { apiVersion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", ...signed } as never }));
       expect(reply.status).toBe(204);
@@ -185,7 +185,7 @@ describe("keeping and replacing the credentials", () => {
     await agent.reconcile(); // a request for the first name is pending
     const renamed = { ...agent.config, clusterName: `${agent.config.clusterName}-b` };
     const io = testIo({ spoke: fnKubeconfig }, renamed, agent.clock);
-    for (let i = 0; i < 3; i++) await reconcileKey(spec, io, { cluster: "spoke", name: renamed.clusterName });
+    for (let i = 0; i < 3; i++) await reconcileKey(fn.spec, io, { cluster: "spoke", name: renamed.clusterName });
     const csrs = await csrsOf(renamed.clusterName);
     expect(csrs).toHaveLength(1);
     expect(await hubAdmin.get(ManagedClusterResource, renamed.clusterName)).toBeDefined();
@@ -235,8 +235,8 @@ describe("rotation", () => {
     const first = await joinHub(agent);
     const hub = local.get("hub");
     // The hub side, each function under its own identity: accept, then approve the renewal.
-    const acceptorIo = testIo({ hub: await identityFor(hub, "cluster-acceptor") }, acceptor.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
-    const approverIo = testIo({ hub: await identityFor(hub, "csr-approver") }, approver.ConfigSchema.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
+    const acceptorIo = testIo({ hub: await identityFor(hub, "cluster-acceptor") }, acceptor.definition.config.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
+    const approverIo = testIo({ hub: await identityFor(hub, "csr-approver") }, approver.definition.config.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
     const cluster = (await hubAdmin.get<{ metadata: { name: string }; spec: object }>(ManagedClusterResource, agent.config.clusterName))!;
     await hubAdmin.update(ManagedClusterResource, { ...cluster, spec: { ...cluster.spec, hubAcceptsClient: true } });
     await reconcileKey(acceptor.spec, acceptorIo, { cluster: "hub", name: agent.config.clusterName });
@@ -274,23 +274,23 @@ describe("rotation", () => {
 describe("events", () => {
   it("answers a malformed event with 400 and writes nothing", async () => {
     const agent = await newAgent();
-    const reply = await handleEvent(spec, agent.io, { ...tickEvent(), type: "dev.knative.apiserver.resource.update" });
+    const reply = await handleEvent(fn.spec, agent.io, { ...tickEvent(), type: "dev.knative.apiserver.resource.update" });
     expect(reply.statusCode).toBe(400);
     expect(reply.body).toMatch(/cluster|kind|name/);
     expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeUndefined();
     expect(await csrsOf(agent.config.clusterName)).toHaveLength(0);
     // control: a well-formed tick starts the registration
-    expect((await handleEvent(spec, agent.io, tickEvent("spoke"))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, agent.io, tickEvent("spoke"))).statusCode).toBe(204);
     expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeDefined();
   });
 
   it("skips other agents' secrets", async () => {
     const agent = await newAgent();
     const secretEvent = (name: string) => objectEvent({ cluster: "spoke", object: { apiVersion: "v1", kind: "Secret", metadata: { name, namespace: AGENT_NS } } });
-    expect((await handleEvent(spec, agent.io, secretEvent("someone-else"))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, agent.io, secretEvent("someone-else"))).statusCode).toBe(204);
     expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeUndefined();
     // control: its own bootstrap secret's event starts the registration
-    expect((await handleEvent(spec, agent.io, secretEvent(agent.config.bootstrapSecret))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, agent.io, secretEvent(agent.config.bootstrapSecret))).statusCode).toBe(204);
     expect(await hubAdmin.get(ManagedClusterResource, agent.config.clusterName)).toBeDefined();
   });
 });

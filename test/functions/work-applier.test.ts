@@ -11,7 +11,7 @@ import { findCondition, isTrue } from "../../shared/conditions.ts";
 import { manualClock } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Io, type Outcome } from "../../shared/harness.ts";
 import { parseEvent } from "../../shared/events.ts";
-import { spec, ConfigSchema, hubHashOf, appliedWorkName, type Config } from "../../functions/work-applier/reconcile.ts";
+import fn, { hubHashOf, appliedWorkName, type Config } from "../../functions/work-applier/reconcile.ts";
 import { applyOrder } from "../../functions/work-applier/order.ts";
 import { evaluate, parseJsonPath } from "../../functions/work-applier/jsonpath.ts";
 import { isOwnedByTheWork, mergeOwnerRefs } from "../../functions/work-applier/ownership.ts";
@@ -44,8 +44,8 @@ beforeAll(async () => {
   fleet = await startFleet({ clusters, spokes: [{ name: SPOKE, autoApprove: true }], resyncMs: 60_000 });
   hub = fleet.hub;
   spoke = KubeClient.fromKubeconfig(fleet.clusters.get(SPOKE).adminKubeconfig);
-  const config = ConfigSchema.parse({ managementCluster: SPOKE, clusterName: SPOKE });
-  identityKubeconfig = await identityFor(fleet.clusters.get(SPOKE), spec.name);
+  const config = fn.definition.config.parse({ managementCluster: SPOKE, clusterName: SPOKE });
+  identityKubeconfig = await identityFor(fleet.clusters.get(SPOKE), fn.spec.name);
   io = testIo({ [SPOKE]: identityKubeconfig }, config, clock);
   hubHash = hubHashOf(fleet.clusters.get("hub").url);
   // Joined, and the cluster's identity already holds the work role in its namespace. From here on the
@@ -82,7 +82,7 @@ async function editWork(name: string, edit: (spec: ManifestWorkSpec) => Manifest
 }
 const readWork = (name: string) => hub.get<Work>(ManifestWorkResource, name, SPOKE);
 const readApplied = (work: string) => spoke.get<Applied>(AppliedManifestWorkResource, appliedWorkName(hubHash, work));
-const run = (name: string): Promise<Outcome> => reconcileKey(spec, io, { cluster: "hub", namespace: SPOKE, name });
+const run = (name: string): Promise<Outcome> => reconcileKey(fn.spec, io, { cluster: "hub", namespace: SPOKE, name });
 const conditionOf = (w: Work | undefined, type: string) => findCondition(w?.status?.conditions, type);
 const manifestCondition = (w: Work | undefined, ordinal: number, type: string) => findCondition(w?.status?.resourceStatus?.manifests?.find((m) => m.resourceMeta.ordinal === ordinal)?.conditions, type);
 
@@ -344,7 +344,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const name = `work-${suffix()}`;
     const cm = `cm-${suffix()}`;
     const work = await createWork(name, [configMap("default", cm, { a: "1" })]);
-    const server = await startFunctionServer(serve(spec, () => io));
+    const server = await startFunctionServer(serve(fn.spec, () => io));
     try {
       const reply = await postEvent(server.url, objectEvent({ cluster: "hub", object: { apiVersion: "work.open-cluster-management.io/v1", kind: "ManifestWork", ...work }, verb: "add" }));
       expect(reply.status, reply.body).toBe(204);
@@ -361,7 +361,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     const keyOf = async (ce: Record<string, unknown>) => {
       const parsed = parseEvent(ce);
       if (!parsed.ok) throw new Error(parsed.reason);
-      return spec.keys(parsed.event, io);
+      return fn.spec.keys(parsed.event, io);
     };
     const mw = (ns: string, cluster = "hub") => objectEvent({ cluster, object: { apiVersion: "work.open-cluster-management.io/v1", kind: "ManifestWork", metadata: { name, namespace: ns } } });
     const amw = (n: string, cluster = SPOKE) => objectEvent({ cluster, object: { apiVersion: "work.open-cluster-management.io/v1", kind: "AppliedManifestWork", metadata: { name: n } } });
@@ -372,7 +372,7 @@ describe("events", { timeout: FLEET_TEST_MS }, () => {
     expect(await keyOf(amw(appliedWorkName(hubHash, name)))).toEqual([key]);
     expect(await keyOf(amw("not-a-hash-name"))).toEqual({ skip: "AppliedManifestWork not-a-hash-name is not named <hubHash>-<work>" });
     expect(await keyOf(tickEvent())).toEqual(expect.arrayContaining([key]));
-    const reply = await handleEvent(spec, io, objectEvent({ cluster: SPOKE, object: { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "x", namespace: "default" } } }));
+    const reply = await handleEvent(fn.spec, io, objectEvent({ cluster: SPOKE, object: { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "x", namespace: "default" } } }));
     expect(reply.statusCode).toBe(204);
   });
 });
@@ -466,7 +466,7 @@ describe("update strategies", { timeout: FLEET_TEST_MS }, () => {
 });
 
 describe("status feedback", { timeout: FLEET_TEST_MS }, () => {
-  const rawIo = () => testIo({ [SPOKE]: identityKubeconfig }, ConfigSchema.parse({ managementCluster: SPOKE, clusterName: SPOKE, rawFeedbackJsonString: true }), clock);
+  const rawIo = () => testIo({ [SPOKE]: identityKubeconfig }, fn.definition.config.parse({ managementCluster: SPOKE, clusterName: SPOKE, rawFeedbackJsonString: true }), clock);
   type Row = { name: string; manifest: (n: string) => Manifest; rules: NonNullable<NonNullable<ManifestWorkSpec["manifestConfigs"]>[number]["feedbackRules"]>; raw?: boolean; values: unknown[]; condition: { status: string; reason: string; message?: string } };
   const rows: Row[] = [
     {
@@ -509,7 +509,7 @@ describe("status feedback", { timeout: FLEET_TEST_MS }, () => {
     const m = manifest(n);
     const resource = m.kind === "Deployment" ? "deployments" : "configmaps";
     await createWork(name, [m], { manifestConfigs: [{ resourceIdentifier: { group: m.kind === "Deployment" ? "apps" : "", resource, namespace: "default", name: n }, feedbackRules: rules }] });
-    await reconcileKey(spec, raw ? rawIo() : io, { cluster: "hub", namespace: SPOKE, name });
+    await reconcileKey(fn.spec, raw ? rawIo() : io, { cluster: "hub", namespace: SPOKE, name });
     const w = (await readWork(name))!;
     expect(w.status?.resourceStatus?.manifests?.[0]?.statusFeedback?.values ?? []).toEqual(JSON.parse(JSON.stringify(values).replaceAll("<n>", n)));
     expect(manifestCondition(w, 0, "StatusFeedbackSynced")).toMatchObject({ type: "StatusFeedbackSynced", message: "", ...condition });
@@ -548,7 +548,7 @@ describe("status feedback", { timeout: FLEET_TEST_MS }, () => {
 describe("decisions", { timeout: FLEET_TEST_MS }, () => {
   it.each([
     { name: "namespaces and CRDs first, workloads after config, unknown kinds last", kinds: ["Widget", "Deployment", "ConfigMap", "CustomResourceDefinition", "Namespace", "Service", "Role"], then: [3, 4, 6, 2, 5, 1, 0] },
-    { name: "same rank keeps spec order; unparsable manifests go last", kinds: [undefined, "Secret", "ConfigMap", "Foo", "Bar"], then: [1, 2, 3, 4, 0] },
+    { name: "same rank keeps fn.spec order; unparsable manifests go last", kinds: [undefined, "Secret", "ConfigMap", "Foo", "Bar"], then: [1, 2, 3, 4, 0] },
   ])("orders kinds: $name", ({ kinds, then }) => {
     expect(applyOrder(kinds)).toEqual(then);
   });

@@ -1,9 +1,0 @@
-// Knative entry point: the spoke's dynamic agent configuration as a function.
-// Its settings are read and checked as the module loads: a bad one throws here, naming the variable.
-import type { CloudEventFunction } from "faas-js-runtime";
-import { serve } from "../../shared/harness.ts";
-import { ioFromEnv } from "../../shared/function-env.ts";
-import { configFromEnv, spec } from "./reconcile.ts";
-
-const io = ioFromEnv(spec.name, configFromEnv);
-export const handle = serve(spec, () => io) satisfies CloudEventFunction;
