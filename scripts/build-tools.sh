@@ -9,6 +9,9 @@
 #   scripts/build-tools.sh knative-webhooks  # also Knative Serving's and Eventing's webhooks; prints their paths last
 #   scripts/build-tools.sh eventing   # also Knative Eventing's programs that run as pods on a node
 #                                     # (dev/control-plane/eventing.ts); prints one `<cmd> <path>` line each
+#   scripts/build-tools.sh serving    # also Knative Serving's programs (tools/serving) and Traefik with its Knative provider
+#                                     # (tools/traefik), which run as pods on a node beside Eventing
+#                                     # (dev/control-plane/serving.ts); prints one `<cmd> <path>` line each, traefik last
 #   scripts/build-tools.sh clusteradm # also OCM's own CLI, clusteradm (test/clusteradm.test.ts); prints its path last
 #   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs, kube-proxy, CoreDNS
 #                                     # and kubelet; prints their paths last, in that order (kubelet last)
@@ -96,6 +99,23 @@ if [ "${1:-}" = "eventing" ]; then
     build knative "$out" "knative.dev/eventing/cmd/$cmd" "-s -w"
     echo "$cmd $bin/$out"
   done
+fi
+if [ "${1:-}" = "serving" ]; then
+  # Knative Serving's five programs from tools/serving (the queue-proxy is cmd/queue), and Traefik from
+  # tools/traefik, which carries Traefik's own replace and exclude lines. Each named by its version and a
+  # hash of its module's files, so a bump builds anew; Traefik stamped as its Makefile does, so its
+  # version endpoint and logs name the release. Printed as `<cmd> <path>`, traefik last.
+  serving_version=$(version_of knative.dev/serving "$here/tools/serving")
+  serving_hash=$(cat "$here"/tools/serving/go.mod "$here"/tools/serving/go.sum | sha256sum | cut -c1-12)
+  for cmd in controller activator autoscaler webhook queue; do
+    build serving "knative-serving-$cmd-$serving_version-$serving_hash" "knative.dev/serving/cmd/$cmd" "-s -w"
+    echo "$cmd $bin/knative-serving-$cmd-$serving_version-$serving_hash"
+  done
+  traefik_version=$(version_of github.com/traefik/traefik/v3 "$here/tools/traefik")
+  traefik_hash=$(cat "$here"/tools/traefik/go.mod "$here"/tools/traefik/go.sum | sha256sum | cut -c1-12)
+  build traefik "traefik-$traefik_version-$traefik_hash" github.com/traefik/traefik/v3/cmd/traefik \
+    "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$traefik_version -X github.com/traefik/traefik/v3/pkg/version.Codename=ocm-functions"
+  echo "traefik $bin/traefik-$traefik_version-$traefik_hash"
 fi
 if [ "${1:-}" = "clusteradm" ]; then
   # From tools/clusteradm, which stands ocm v1.2.0 in for the v1.3.1 the proxy refuses (a replace). Named
