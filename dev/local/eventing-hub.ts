@@ -6,9 +6,14 @@
 // PingSource feed. A recorder subscribed to the Broker with no filter (on the node's address, which
 // the pods reach) keeps every event the Broker delivered. The spoke is local processes, joined by the
 // caller with joinSpoke and runDeployed.
+// With workloads "knative", Knative Serving and Traefik run beside Eventing (serving.ts) and the install
+// is `ocmf install hub --wait all` with its default workloads: every hub function a Knative Service,
+// whose revision pods come and go with its events. Ready alone proves no route (a KService says Ready
+// while nothing routes to it when endpoints are not mirrored), so the harness then sends each KService
+// a request through Traefik's cluster-local entrypoint, as a Broker delivery reaches it.
 // Used by test/eventing-node.test.ts, scripts/record-join-broker.ts and bench/broker-latency.ts. Needs root.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { createServer, get as httpGet, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { bundle } from "../build/bundle.ts";
@@ -17,12 +22,14 @@ import { startClusters, DEFAULT_CONTROLLERS, type LocalCluster } from "../contro
 import { freeNodeSubnet, startNode, startScheduler, KUBERNETES_SERVICE_HOSTS, SERVICE_CONTROLLERS, type LocalNode } from "../control-plane/node.ts";
 import { startEventing, EVENTING_CONTROLLERS, type Eventing } from "../control-plane/eventing.ts";
 import { knativeCrds } from "../control-plane/knative.ts";
+import { startServing, SERVING_CONTROLLERS, type Serving, type ServingSettings } from "../control-plane/serving.ts";
 import { applyAll, applyObject } from "../../cli/apply.ts";
 import { Discovery } from "../../cli/discovery.ts";
 import { installHub } from "../../cli/install.ts";
 import { bootstrapKubeconfig as bootstrapKubeconfigOf, createBootstrapToken, hubEndpointOf } from "../../cli/bootstrap-token.ts";
 import { waitUntilReady } from "../../cli/readiness.ts";
 import { HubNamespaceDefault, type Manifest } from "../../cli/render/index.ts";
+import type { Workloads } from "../../cli/render/objects.ts";
 import { readFunctions } from "../../cli/render/func-yaml.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 
@@ -43,8 +50,10 @@ export type EventingHub = {
   spokeAdmin: KubeClient;
   node: LocalNode;
   eventing: Eventing;
+  serving?: Serving; // with workloads "knative"
+  workloads: Workloads;
   namespace: string; // the hub functions'
-  functions: string[]; // the hub functions, each a Deployment of that name
+  functions: string[]; // the hub functions, each a Deployment, or a Knative Service, of that name
   bootstrapKubeconfig: string; // a file: what `ocmf join --hub-kubeconfig` takes
   deliveries: Delivery[];
   installMs: number; // from the first object applied until everything is Ready (--wait all)
@@ -54,6 +63,46 @@ export type EventingHub = {
 // The harness's own controllers (CSR signing above all), and those a node and Eventing need
 // (node.test.ts explains the node's).
 const CONTROLLERS = [...DEFAULT_CONTROLLERS, "serviceaccount-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller", ...SERVICE_CONTROLLERS, ...EVENTING_CONTROLLERS];
+
+// A GET with a Host header of our choosing (fetch keeps the URL's), answered with its status.
+export function getStatus(o: { host: string; port: number; path: string; hostHeader: string; timeoutMs?: number }): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpGet({ host: o.host, port: o.port, path: o.path, headers: { host: o.hostHeader }, timeout: o.timeoutMs ?? 10_000 }, (res) => {
+      res.resume();
+      res.on("end", () => resolve(res.statusCode ?? 0));
+    });
+    req.on("timeout", () => req.destroy(new Error(`no answer in ${o.timeoutMs ?? 10_000} ms`)));
+    req.on("error", reject);
+  });
+}
+
+// One request to each function's Knative Service the way a Trigger's delivery goes: to Traefik's
+// cluster-local entrypoint with the host name of the KService's cluster-local address, answered by the
+// function's own readiness path. Tries until every one answers 200 or the deadline passes; returns how
+// long that took.
+export async function requestEachKnativeService(o: { serving: Serving; namespace: string; functions: readonly string[]; deadline: number }): Promise<number> {
+  const t0 = performance.now();
+  const { host, port } = o.serving.privateAddress;
+  const last = new Map<string, string>();
+  for (let pending = [...o.functions]; pending.length; ) {
+    const answered = await Promise.all(
+      pending.map(async (fn) => {
+        try {
+          const status = await getStatus({ host, port, path: "/health/readiness", hostHeader: `${fn}.${o.namespace}.svc.cluster.local` });
+          last.set(fn, `HTTP ${status}`);
+          return status === 200;
+        } catch (err) {
+          last.set(fn, err instanceof Error ? err.message : String(err));
+          return false;
+        }
+      }),
+    );
+    pending = pending.filter((_, i) => !answered[i]);
+    if (pending.length && Date.now() > o.deadline) throw new Error(`Knative Services not answering through Traefik: ${pending.map((fn) => `${fn} (${last.get(fn)})`).join(", ")}`);
+    if (pending.length) await new Promise((r) => setTimeout(r, 500));
+  }
+  return performance.now() - t0;
+}
 
 function structured(headers: Record<string, string | string[] | undefined>, body: string): Record<string, unknown> {
   const event: Record<string, unknown> = {};
@@ -86,8 +135,13 @@ function startRecorder(host: string, deliveries: Delivery[]): Promise<{ server: 
 
 // autoApprove: the cluster whose bootstrap CSR the hub approves and whose registration it accepts by
 // itself (OCM_CLUSTER_AUTO_APPROVAL_USERS names the bootstrap token's user for that cluster alone).
-export async function startEventingHub(o: { autoApprove?: string; log?: (line: string) => void } = {}): Promise<EventingHub> {
+// workloads: how the hub functions run (default deployments); serving: Serving's settings (the
+// autoscaler's windows above all) when they run as Knative Services; resyncSchedule: the PingSource's cron.
+export async function startEventingHub(
+  o: { autoApprove?: string; workloads?: Workloads; serving?: ServingSettings; resyncSchedule?: string; log?: (line: string) => void } = {},
+): Promise<EventingHub> {
   const log = o.log ?? (() => {});
+  const workloads = o.workloads ?? "deployments";
   const work = mkdtempSync(join(tmpdir(), "eventing-hub-"));
   const dist = join(work, "dist");
   const subnet = freeNodeSubnet();
@@ -101,7 +155,7 @@ export async function startEventingHub(o: { autoApprove?: string; log?: (line: s
       startClusters({
         names: ["hub", "spoke"],
         crds: false, // ocmf install hub brings OCM's; the spoke gets Knative's and join brings the rest
-        controllers: CONTROLLERS,
+        controllers: workloads === "knative" ? [...CONTROLLERS, ...SERVING_CONTROLLERS] : CONTROLLERS,
         serviceAccountAdmission: true,
         servingHosts: [`10.78.${subnet}.1`, ...KUBERNETES_SERVICE_HOSTS],
         apiserverFlags: ["--authorization-mode=Node", "--enable-admission-plugins=NodeRestriction", "--enable-aggregator-routing=true"],
@@ -137,8 +191,9 @@ export async function startEventingHub(o: { autoApprove?: string; log?: (line: s
     undo.push(() => node.stop());
     if (buildError) throw buildError;
     node.importImage(archive);
-    const [eventing] = await Promise.all([
+    const [eventing, serving] = await Promise.all([
       startEventing(hub, node, { log }),
+      workloads === "knative" ? startServing(hub, node, { ...o.serving, log }) : undefined,
       // The spoke serves Knative's kinds, so `ocmf join` can apply its render there.
       applyAll(spokeAdmin, knativeCrds(), { waitForCrds: true, deadline: Date.now() + 120_000, print: log }),
     ]);
@@ -158,10 +213,14 @@ export async function startEventingHub(o: { autoApprove?: string; log?: (line: s
     const t0 = performance.now();
     await installHub(
       hubAdmin,
-      { render: { workloads: "deployments", tag: IMAGE_TAG, env }, wait: { level: "all", timeoutMs: 300_000, timeoutText: "5 minutes" }, ...(o.autoApprove ? {} : { bootstrapKubeconfigFile: bootstrapKubeconfig }) },
+      { render: { workloads, tag: IMAGE_TAG, env, ...(o.resyncSchedule ? { resyncSchedule: o.resyncSchedule } : {}) }, wait: { level: "all", timeoutMs: 300_000, timeoutText: "5 minutes" }, ...(o.autoApprove ? {} : { bootstrapKubeconfigFile: bootstrapKubeconfig }) },
       log,
     );
     const installMs = performance.now() - t0;
+    if (workloads === "knative") {
+      const ms = await requestEachKnativeService({ serving: serving!, namespace: HubNamespaceDefault, functions, deadline: Date.now() + 120_000 });
+      log(`every Knative Service answered a request through Traefik ${(ms / 1000).toFixed(1)} s after install`);
+    }
     const trigger: Manifest = {
       apiVersion: "eventing.knative.dev/v1",
       kind: "Trigger",
@@ -170,7 +229,7 @@ export async function startEventingHub(o: { autoApprove?: string; log?: (line: s
     };
     await applyObject(hubAdmin, new Discovery(hubAdmin), trigger);
     await waitUntilReady(hubAdmin, [trigger], { deadline: Date.now() + 60_000, timeoutText: "60 s", print: log });
-    return { work, dist, hub, spoke, hubAdmin, spokeAdmin, node, eventing, namespace: HubNamespaceDefault, functions, bootstrapKubeconfig, deliveries, installMs, stop };
+    return { work, dist, hub, spoke, hubAdmin, spokeAdmin, node, eventing, serving, workloads, namespace: HubNamespaceDefault, functions, bootstrapKubeconfig, deliveries, installMs, stop };
   } catch (err) {
     await stop();
     throw err;
