@@ -53,6 +53,8 @@ if [ "${1:-}" = test ]; then
   "$root/scripts/build-tools.sh" node >/dev/null
   # Knative Eventing in pods on that node (test/eventing-node.test.ts).
   "$root/scripts/build-tools.sh" eventing >/dev/null
+  # Knative Serving and Traefik beside it (test/serving-node.test.ts): cold, about 4 and 12 minutes.
+  "$root/scripts/build-tools.sh" serving >/dev/null
   # OCM v1.2.0's own programs, one variable each (test/placement-conformance.test.ts runs its placement
   # controller beside our placement-scheduler, test/addon-health-conformance.test.ts its add-on manager
   # beside our addon-manager).
