@@ -19,6 +19,7 @@ import { z } from "zod";
 import type { ApiResource } from "./api/meta.ts";
 import type { KubeObject } from "./kube/client.ts";
 import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
+import { readEnvSettings, variableOf } from "./env-settings.ts";
 import { ioFromEnv } from "./function-env.ts";
 import { classified, serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply, type Skip } from "./harness.ts";
 
@@ -61,8 +62,9 @@ export type Grant = RbacRule & { cluster: string; namespace?: string; role?: str
 
 export type Definition<C> = {
   name: string; // a DNS label: the function's Service, identity and Triggers are named after it
-  // The settings, checked as the function starts; `env` reads them from the environment (func.yaml's
-  // run.envs), by default each schema field from the variable of its name in SCREAMING_SNAKE_CASE.
+  // The settings, checked before the function's server listens; read from the environment (func.yaml's
+  // run.envs), each schema field from the variable it declares (shared/env-settings.ts' fromEnv) or
+  // else of its name in SCREAMING_SNAKE_CASE; `env` replaces that reading.
   config: z.ZodType<C>;
   env?: (env: NodeJS.ProcessEnv) => unknown;
   watches: (config: C) => readonly Watch<C>[];
@@ -96,29 +98,21 @@ export type MultiClusterFunction<C> = {
 };
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const screamingSnake = (field: string) => field.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toUpperCase();
 
 export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
   if (!DNS_LABEL.test(d.name)) throw new Error(`defineFunction: name ${JSON.stringify(d.name)} is not a DNS label`);
-  const configFromEnv = (env: NodeJS.ProcessEnv): C => d.config.parse(d.env ? d.env(env) : defaultEnv(d.config, env));
+  const configFromEnv = (env: NodeJS.ProcessEnv): C => d.config.parse(d.env ? d.env(env) : readEnvSettings(d.name, d.config, env));
   const spec: FunctionSpec<C> = {
     name: d.name,
     keys: (event, io) => keysOf(d, event, io),
     reconcile: d.reconcile,
   };
   const handler = (env: NodeJS.ProcessEnv = process.env) => {
-    const io = ioFromEnv(d.name, configFromEnv, env);
+    const io = ioFromEnv(d.name, configFromEnv, env, (field) => variableOf(d.config, field));
     return serve(spec, () => io);
   };
   const ticks = !!d.resyncSeconds || d.resync !== undefined;
   return { definition: d, spec, configFromEnv, handler, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks) };
-}
-
-// Each top-level field of an object schema from its variable, missing ones left to the schema's defaults.
-function defaultEnv(schema: z.ZodType, env: NodeJS.ProcessEnv): unknown {
-  if (!(schema instanceof z.ZodObject)) return {};
-  const fields = Object.keys(schema.shape);
-  return Object.fromEntries(fields.flatMap((f) => (env[screamingSnake(f)] ? [[f, env[screamingSnake(f)]]] : [])));
 }
 
 export const isKindOf = (r: ApiResource, ref: { apiVersion: string; kind: string }) =>

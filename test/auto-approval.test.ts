@@ -3,7 +3,10 @@
 // the settings are read, so a typo cannot widen what a user may register.
 import { describe, it, expect } from "vitest";
 import { mayAutoApprove } from "../shared/auto-approval.ts";
-import { hubSettingsFromEnv } from "../shared/settings.ts";
+import { HubSettingsSchema } from "../shared/settings.ts";
+import { readEnvSettings } from "../shared/env-settings.ts";
+
+const hubSettingsFromEnv = (env: NodeJS.ProcessEnv) => HubSettingsSchema.parse(readEnvSettings("test", HubSettingsSchema, env));
 
 const U = "system:bootstrap:abcdef";
 

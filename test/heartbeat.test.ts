@@ -14,7 +14,7 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";
 import { startApiserver, stopApiserver } from "../dev/control-plane/restart.ts";
-import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
+import { KubeClient } from "../shared/kube/client.ts";
 import { buildKubeconfig } from "../shared/kube/kubeconfig.ts";
 import { clientsFromKubeconfigs } from "../shared/kube/clients.ts";
 import { KubeError } from "../shared/kube/errors.ts";
@@ -22,10 +22,8 @@ import { jsonLog, type Io } from "../shared/harness.ts";
 import { manualClock, microTime, systemClock, type Clock } from "../shared/clock.ts";
 import { issueCertificate } from "../shared/pki.ts";
 import { hubEndpoint, hubKubeconfig, type AgentSecrets, type Secret } from "../shared/hub-credentials.ts";
-import { ConfigMapResource, LeaseResource, SecretResource } from "../shared/api/kube.ts";
-import type { AgentSettings } from "../shared/api/agent-config.ts";
-import { AgentHealthConfigMapName, checkpointData, CheckpointConfigMapName, HealthKey, installTimeConfig, InstallTimeHash, parseHealthRecords, settingsHash } from "../shared/agent-config.ts";
-import { createOrUpdate } from "../shared/apply.ts";
+import { LeaseResource, SecretResource } from "../shared/api/kube.ts";
+import { HealthKey, InstallTimeHash } from "../shared/agent-config.ts";
 import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault, HubSecretKey, ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
 import { setCondition } from "../shared/conditions.ts";
@@ -34,6 +32,7 @@ import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../compon
 import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../components/heartbeat/schedule.ts";
 import { RebootstrapRequiredMessage } from "../components/heartbeat/health.ts";
 import type { Lease } from "../components/heartbeat/lease.ts";
+import { activate, healthRecord, withoutAgentConfig } from "./support/agent-checkpoint.ts";
 import { eventually } from "./support/eventually.ts";
 
 let local: LocalClusters;
@@ -403,29 +402,9 @@ async function closedPortURL(): Promise<string> {
   return `http://127.0.0.1:${port}`;
 }
 
-type ConfigMap = KubeObject & { data?: Record<string, string> };
-
-// The checkpoint as the spoke's agent-config function writes it: these settings active. Returns their hash.
-async function activate(settings: AgentSettings): Promise<string> {
-  const hash = settingsHash(settings);
-  const data = checkpointData({ active: { hash, settings }, lastKnownGood: installTimeConfig() });
-  await createOrUpdate<ConfigMap>(spokeAdmin, ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace: AgentNamespaceDefault }, data }, ["data"]);
-  return hash;
-}
-
-// No checkpoint and no health records: every sidecar of this file shares the agent namespace.
-async function withoutAgentConfig(): Promise<void> {
-  for (const name of [CheckpointConfigMapName, AgentHealthConfigMapName]) await spokeAdmin.delete(ConfigMapResource, name, AgentNamespaceDefault);
-}
-
-const heartbeatRecord = async () => {
-  const cm = await spokeAdmin.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, AgentNamespaceDefault);
-  return { record: parseHealthRecords(cm?.data)[HealthKey.Heartbeat], resourceVersion: cm?.metadata.resourceVersion };
-};
-
 describe("agent settings", () => {
   it("renews through the proxy the active settings name, switches without a restart, and stops renewing when the proxy is gone", async () => {
-    await withoutAgentConfig();
+    await withoutAgentConfig(spokeAdmin);
     const c = await joinedCluster();
     const clock = manualClock();
     const proxy = await startConnectProxy();
@@ -442,7 +421,7 @@ describe("agent settings", () => {
       expect(await renewed()).toMatchObject({ settings: { hash: InstallTimeHash }, proxyURL: "" });
       expect(proxy.tunnels).toEqual([]);
 
-      const viaProxy = await activate({ heartbeat: { proxyURL: proxy.url } });
+      const viaProxy = await activate(spokeAdmin, { heartbeat: { proxyURL: proxy.url } });
       expect(await renewed()).toMatchObject({ settings: { hash: viaProxy, proxyURL: proxy.url }, proxyURL: proxy.url });
       const hubAddress = new URL(hubCluster.url).host;
       expect(proxy.tunnels.length).toBeGreaterThan(0);
@@ -453,7 +432,7 @@ describe("agent settings", () => {
 
       // a proxy nobody listens on: renewals stop, and the sidecar backs off as for any unreachable hub
       const closed = await closedPortURL();
-      const broken = await activate({ heartbeat: { proxyURL: closed } });
+      const broken = await activate(spokeAdmin, { heartbeat: { proxyURL: closed } });
       const before = (await lease(c))?.spec?.renewTime;
       clock.advance(10_000);
       const failing = await hb.wake();
@@ -463,21 +442,21 @@ describe("agent settings", () => {
 
       // "" is no proxy at all, whatever the kubeconfig says
       const tunnels = proxy.tunnels.length;
-      const direct = await activate({ heartbeat: { proxyURL: "" } });
+      const direct = await activate(spokeAdmin, { heartbeat: { proxyURL: "" } });
       expect(await renewed()).toMatchObject({ settings: { hash: direct, proxyURL: "" }, proxyURL: "", failuresInARow: 0 });
       expect(proxy.tunnels.length).toBe(tunnels);
     } finally {
       await stopped(hb);
       await proxy.close();
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
     }
   });
 
   it("a sidecar process whose checkpoint names a proxy URL with undecodable credentials (http://%zz@127.0.0.1:9) stays alive, says why it ignores it, and renews straight to the hub (issue 23)", async () => {
-    await withoutAgentConfig();
+    await withoutAgentConfig(spokeAdmin);
     const c = await joinedCluster({ leaseDurationSeconds: 1 });
     // As an agent-config function older than the schema's bounds would have written it.
-    await activate({ heartbeat: { proxyURL: "http://%zz@127.0.0.1:9" } });
+    await activate(spokeAdmin, { heartbeat: { proxyURL: "http://%zz@127.0.0.1:9" } });
     const dir = mkdtempSync(join(tmpdir(), "heartbeat-proxy-"));
     writeFileSync(join(dir, "spoke.kubeconfig"), await identityFor(local.get("spoke"), "heartbeat"), { mode: 0o600 });
     const child = spawn(process.execPath, [join(import.meta.dirname, "..", "components", "heartbeat", "main.ts")], {
@@ -511,17 +490,17 @@ describe("agent settings", () => {
       expect(stderr).toContain("active agent settings unreadable: running the install-time settings");
       expect(stderr).toContain("active.settings.heartbeat.proxyURL: must be an http, https or socks5 URL with well-formed % escapes");
       expect(stderr).not.toMatch(/Unhandled|URIError/);
-      expect((await heartbeatRecord()).record).toMatchObject({ hash: InstallTimeHash, ok: true });
+      expect((await healthRecord(spokeAdmin, HealthKey.Heartbeat)).record).toMatchObject({ hash: InstallTimeHash, ok: true });
     } finally {
       if (child.exitCode === null) child.kill("SIGTERM");
       await exited;
       rmSync(dir, { recursive: true, force: true });
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
     }
   });
 
   it("records the outcome of its renewals under each config only when the hash or the outcome changes", async () => {
-    await withoutAgentConfig();
+    await withoutAgentConfig(spokeAdmin);
     const c = await joinedCluster();
     const clock = manualClock();
     const proxy = await startConnectProxy();
@@ -534,53 +513,53 @@ describe("agent settings", () => {
     };
     try {
       await beats(1);
-      const first = await heartbeatRecord();
+      const first = await healthRecord(spokeAdmin, HealthKey.Heartbeat);
       expect(first.record).toEqual({ hash: InstallTimeHash, ok: true, since: clock.now().toISOString() });
       await beats(3);
-      expect(await heartbeatRecord()).toEqual(first); // same resourceVersion: nothing written
+      expect(await healthRecord(spokeAdmin, HealthKey.Heartbeat)).toEqual(first); // same resourceVersion: nothing written
 
-      const broken = await activate({ heartbeat: { proxyURL: await closedPortURL() } });
+      const broken = await activate(spokeAdmin, { heartbeat: { proxyURL: await closedPortURL() } });
       await beats(1);
-      const failing = await heartbeatRecord();
+      const failing = await healthRecord(spokeAdmin, HealthKey.Heartbeat);
       expect(failing.record).toEqual({ hash: broken, ok: false, since: clock.now().toISOString(), error: expect.stringContaining("ECONNREFUSED") });
       expect(failing.resourceVersion).not.toBe(first.resourceVersion);
       await beats(3);
-      expect(await heartbeatRecord()).toEqual(failing); // failing on: since stays the first failure
+      expect(await healthRecord(spokeAdmin, HealthKey.Heartbeat)).toEqual(failing); // failing on: since stays the first failure
 
-      const viaProxy = await activate({ heartbeat: { proxyURL: proxy.url } });
+      const viaProxy = await activate(spokeAdmin, { heartbeat: { proxyURL: proxy.url } });
       await beats(1);
-      const working = await heartbeatRecord();
+      const working = await healthRecord(spokeAdmin, HealthKey.Heartbeat);
       expect(working.record).toEqual({ hash: viaProxy, ok: true, since: clock.now().toISOString() });
       await beats(2);
-      expect(await heartbeatRecord()).toEqual(working);
+      expect(await healthRecord(spokeAdmin, HealthKey.Heartbeat)).toEqual(working);
 
       // a restarted sidecar finds its record already says so, and leaves it
       await stopped(hb);
       hb = await heartbeat(c, { clock });
       await beats(2);
       expect(hb.status().last?.kind).toBe("renewed");
-      expect(await heartbeatRecord()).toEqual(working);
+      expect(await healthRecord(spokeAdmin, HealthKey.Heartbeat)).toEqual(working);
     } finally {
       await stopped(hb);
       await proxy.close();
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
     }
   });
 
   it("follows the log level of the active settings", async () => {
-    await withoutAgentConfig();
+    await withoutAgentConfig(spokeAdmin);
     const c = await joinedCluster();
     const lines: { level: string; msg: string }[] = [];
     const log = jsonLog("heartbeat", (line) => lines.push(JSON.parse(line) as { level: string; msg: string }));
     const clock = manualClock();
-    await activate({ logLevel: "warn" });
+    await activate(spokeAdmin, { logLevel: "warn" });
     const hb = await heartbeat(c, { clock, log });
     try {
       await hb.wake();
       expect(hb.status().last?.kind).toBe("renewed");
       expect(lines).toEqual([]); // no "hub credentials loaded", no "renewing the cluster lease"
 
-      await activate({ logLevel: "debug" });
+      await activate(spokeAdmin, { logLevel: "debug" });
       for (let i = 0; i < 2; i++) {
         clock.advance(10_000);
         await hb.wake();
@@ -588,7 +567,7 @@ describe("agent settings", () => {
       expect(lines.filter((l) => l.msg === "renewed").map((l) => l.level)).toEqual(["debug", "debug"]);
     } finally {
       await stopped(hb);
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
     }
   });
 });

@@ -6,7 +6,7 @@
 // rendered RBAC on a real hub and does its one write; a bad setting stops it at start.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { spawn, execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { parseAllDocuments } from "yaml";
@@ -24,12 +24,12 @@ const ANNOTATION = "example.ocm-functions.io/echoed";
 
 // The whole function: it watches labelled ConfigMaps on the hub and annotates each with its own name.
 const definition = `import { defineFunction, done, type Io, type Key } from "../../shared/sdk.ts";
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { ConfigMapResource } from "../../shared/api/kube.ts";
 
 export default defineFunction({
   name: "${NAME}",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [{ cluster: c.hubCluster, resource: ConfigMapResource, labelSelector: "${LABEL}", root: true }],
   writes: (c) => [{ cluster: c.hubCluster, why: "the echo annotation", apiGroups: [""], resources: ["configmaps"], verbs: ["patch"] }],
   reconcile: async (io: Io<HubCluster>, key: Key) => {
@@ -74,8 +74,10 @@ beforeAll(async () => {
     startHub("hub"),
     (async () => {
       copy = mkdtempSync(join(tmpdir(), "one-folder-"));
-      // what git tracks, as a fresh clone has it, and this checkout's node_modules
-      const tracked = execFileSync("git", ["ls-files", "-z"], { cwd: root, encoding: "utf8" }).split("\0").filter(Boolean);
+      // the checkout's files as they are (tracked, and new ones not ignored) and its node_modules
+      const tracked = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], { cwd: root, encoding: "utf8" })
+        .split("\0")
+        .filter((f) => f && existsSync(join(root, f)));
       for (const f of tracked) {
         mkdirSync(dirname(join(copy, f)), { recursive: true });
         cpSync(join(root, f), join(copy, f), { dereference: false });

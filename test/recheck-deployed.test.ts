@@ -21,7 +21,7 @@ import { findCondition, setCondition } from "../shared/conditions.ts";
 import { microTime } from "../shared/clock.ts";
 import { serve } from "../shared/harness.ts";
 import { KubeClient } from "../shared/kube/client.ts";
-import leaseMonitor, { configFromEnv } from "../functions/cluster-lease-monitor/reconcile.ts";
+import leaseMonitor from "../functions/cluster-lease-monitor/reconcile.ts";
 import { testIo } from "./support/functions.ts";
 import { eventually } from "./support/eventually.ts";
 import { startHub, type Hub } from "./support/fixtures.ts";
@@ -72,7 +72,7 @@ beforeAll(async () => {
   plane = await startHub(HUB);
   ({ cluster: hub, admin } = plane);
   const { env } = rendered();
-  const config = configFromEnv(Object.fromEntries(env.map((e) => [e.name, e.value])));
+  const config = leaseMonitor.configFromEnv(Object.fromEntries(env.map((e) => [e.name, e.value])));
   const io = testIo({ [HUB]: await identityFor(hub, leaseMonitor.spec.name) }, config);
   fn = await startFunctionServer(serve(leaseMonitor.spec, () => io));
   dropper = await startDropper(fn.url);

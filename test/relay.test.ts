@@ -445,20 +445,32 @@ describe("delivery", () => {
   });
 });
 
+// A relay watching ConfigMaps in `ns` through a proxy the test can cut; `reconnect` opens the proxy's
+// port again after a cut.
+async function relayThroughProxy(ns: string) {
+  const apiserverPort = Number(new URL(hub.url).port);
+  const proxy = await startCuttableProxy(apiserverPort);
+  const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
+  const sink = await startSink();
+  const log = memoryLog();
+  const r = relay({
+    clusters: { hub: { kubeconfig } },
+    sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
+    sinks: [{ name: "all", url: sink.url }],
+    log,
+  });
+  const reconnect = async () => {
+    const restored = await startCuttableProxy(apiserverPort, proxy.port);
+    cleanups.push(() => restored.cut());
+  };
+  return { proxy, sink, log, r, reconnect };
+}
+
 describe("watch continuity", () => {
   it("re-lists after 410 Gone and emits update, delete and add for what changed while it was cut off", async () => {
     const ns = await namespace(hub, "expire");
     for (const name of ["stays", "changes", "goes"]) await admin(hub).create(ConfigMapResource, configMap(ns, name));
-    const proxy = await startCuttableProxy(Number(new URL(hub.url).port));
-    const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
-    const sink = await startSink();
-    const log = memoryLog();
-    const r = relay({
-      clusters: { hub: { kubeconfig } },
-      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
-      sinks: [{ name: "all", url: sink.url }],
-      log,
-    });
+    const { proxy, sink, log, r, reconnect } = await relayThroughProxy(ns);
     await eventually(() => expect(objectEvents(sink)).toHaveLength(3));
 
     // A restarted apiserver fills its watch cache from a fresh list, so a resourceVersion from before
@@ -469,8 +481,7 @@ describe("watch continuity", () => {
     await restartApiserver(hub);
     await admin(hub).delete(ConfigMapResource, "goes", ns);
     await admin(hub).create(ConfigMapResource, configMap(ns, "comes"));
-    const restored = await startCuttableProxy(Number(new URL(hub.url).port), proxy.port);
-    cleanups.push(() => restored.cut());
+    await reconnect();
 
     await eventually(() => {
       expect(verbsOf(sink, "changes")).toEqual(["add", "update"]);
@@ -504,17 +515,7 @@ describe("watch continuity", () => {
 
   it("reconnects with backoff after the connection drops and delivers what changed during the outage", async () => {
     const ns = await namespace(hub, "outage");
-    const target = new URL(hub.url);
-    const proxy = await startCuttableProxy(Number(target.port));
-    const kubeconfig = (await watcherKubeconfig(hub, [ConfigMapResource], ns)).replace(hub.url, `https://127.0.0.1:${proxy.port}`);
-    const sink = await startSink();
-    const log = memoryLog();
-    const r = relay({
-      clusters: { hub: { kubeconfig } },
-      sources: [{ cluster: "hub", resource: ConfigMapResource, namespace: ns, mode: "Resource" }],
-      sinks: [{ name: "all", url: sink.url }],
-      log,
-    });
+    const { proxy, sink, log, r, reconnect } = await relayThroughProxy(ns);
     await admin(hub).create(ConfigMapResource, configMap(ns, "before"));
     await eventually(() => expect(verbsOf(sink, "before")).toEqual(["add"]));
 
@@ -522,8 +523,7 @@ describe("watch continuity", () => {
     await eventually(() => expect(sourceStatus(r).state).toBe("backing-off"));
     await admin(hub).create(ConfigMapResource, configMap(ns, "during"));
     await admin(hub).delete(ConfigMapResource, "before", ns);
-    const restored = await startCuttableProxy(Number(target.port), proxy.port);
-    cleanups.push(() => restored.cut());
+    await reconnect();
 
     await eventually(() => {
       expect(verbsOf(sink, "during")).toEqual(["add"]);

@@ -1,8 +1,9 @@
 // Labels each ManagedCluster with the health of its add-ons (OCM hub add-on feature discovery):
 // feature.open-cluster-management.io/addon-<a> is available, unhealthy or unreachable after the add-on's
 // Available condition, and goes when the add-on does. The root kind is ManagedCluster.
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { liveCluster } from "../../shared/live-cluster.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
@@ -21,7 +22,7 @@ export type Config = HubCluster;
 // while it is settled; an add-on event, its deletion too, wakes the cluster whose namespace it lives in.
 export default defineFunction({
   name: "addon-cluster-label",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true },
     {
@@ -44,12 +45,8 @@ export default defineFunction({
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);
-  const cluster = await hub.get<ManagedCluster>(ManagedClusterResource, key.name);
+  const cluster = await liveCluster(io, key);
   if (!cluster) return done;
-  if (cluster.metadata.deletionTimestamp) {
-    io.log.info({ cluster: key.name }, "skipped: cluster is deleting");
-    return done;
-  }
   // OCM waits for the cluster's first Available: before it, nothing is known about its add-ons either
   if (!findCondition(cluster.status?.conditions, ManagedClusterConditionType.Available)) {
     io.log.info({ cluster: key.name }, "skipped: cluster has no Available condition yet");

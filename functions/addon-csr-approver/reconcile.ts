@@ -3,7 +3,7 @@
 // its subject is the add-on's default one and the cluster's own agent asked; a custom-signer CSR of a
 // signer the template registers, which this function then signs with the template's signingCA. The
 // root kind is CertificateSigningRequest; only CSRs labelled with both a cluster and an add-on are ours.
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -38,7 +38,7 @@ export type Config = HubCluster;
 // CSRs labelled with an add-on, in either mode: a Resource-mode payload's labels are only a hint.
 export default defineFunction({
   name: "addon-csr-approver",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: AddOnLabel.AddonName, mode: "Either", verbs: ["add", "update"], root: true, keys: csrKeys },
   ],

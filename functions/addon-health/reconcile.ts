@@ -3,30 +3,25 @@
 // not available once the lease has gone five lease durations without renewal, and Unknown without a
 // lease. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
-import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { AddOnConditionType, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { LeaseResource } from "../../shared/api/kube.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
+import { asAgent } from "../../shared/agent-hub.ts";
+import { withAgentHub } from "../../shared/hub-credentials.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
-import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   // OCM's AddOnLeaseControllerLeaseDurationSeconds (60; its integration tests lower it)
-  leaseDurationSeconds: z.number().int().positive().default(60),
+  leaseDurationSeconds: fromEnv("ADDON_LEASE_DURATION_SECONDS", z.number().int().positive().default(60), asNumber),
 });
 export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    ...spokeAgentSettingsFromEnv(env),
-    leaseDurationSeconds: env.ADDON_LEASE_DURATION_SECONDS ? Number(env.ADDON_LEASE_DURATION_SECONDS) : undefined,
-  });
-}
 
 // OCM: grace = 5 × the lease duration.
 const LEASE_DURATION_TIMES = 5;
@@ -42,7 +37,6 @@ export type Lease = KubeObject & { spec?: { renewTime?: string; [k: string]: unk
 export default defineFunction({
   name: "addon-health",
   config: ConfigSchema,
-  env: configFromEnv,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, namespace: c.clusterName, mode: "Resource", root: true },
     { cluster: c.managementCluster, resource: LeaseResource, fieldSelector: ControlPlaneLeaseNamespacesExcluded, mode: "Resource", keys: leaseKeys },
@@ -61,13 +55,9 @@ export default defineFunction({
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
-  const now = io.clock.now();
-  const spoke = io.cluster(c.managementCluster);
-  return withAgentHub(
-    spoke,
-    c,
-    now,
-    async (hub) => {
+  return asAgent(
+    io,
+    async ({ hub, spoke, now }) => {
       const mca = await hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
       if (!mca) return done;
       // Customized: the add-on's manager reports its health itself.
@@ -85,10 +75,7 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       }
       return judged.expiresInMs === undefined ? done : { recheckInMs: judged.expiresInMs };
     },
-    (reason) => {
-      io.log.info({ addon: key.name, reason: reason }, "skipped: not bootstrapped");
-      return done;
-    },
+    { addon: key.name },
   );
 }
 

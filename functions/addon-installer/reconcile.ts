@@ -2,7 +2,7 @@
 // nothing; Placements keeps a ManagedClusterAddOn in the namespace of every cluster the listed
 // Placements select, and deletes the add-on's ManagedClusterAddOns from every other cluster.
 // The root kind is ClusterManagementAddOn; add-on objects are read and written as v1alpha1 (storage).
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -30,7 +30,7 @@ export type Config = HubCluster;
 // CMA's may come in either mode, the keys being names.
 export default defineFunction({
   name: "addon-installer",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ClusterManagementAddOnV1alpha1Resource, mode: "Either", verbs: ["add", "update"], root: true },
     // A hand-deleted or hand-made add-on is put back in line with the strategy of the CMA of its name.

@@ -6,6 +6,7 @@
 // the only one served: our CRDs have no conversion webhook, see shared/api/crds.ts).
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
+import { HubClusterSchema } from "../../shared/settings.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
@@ -27,7 +28,7 @@ import {
   type ManagedClusterAddOnV1alpha1,
 } from "../../shared/api/addon.ts";
 import { AddOnConfigResource } from "../../shared/api/addon-strings.ts";
-import { configFromEnv, ConfigSchema, type AddOnStatus, type Config, type Scene, type Step } from "./scene.ts";
+import type { AddOnStatus, Config, Scene, Step } from "./scene.ts";
 import { configured } from "./steps/configured.ts";
 import { registration } from "./steps/registration.ts";
 import { manifestApplied } from "./steps/manifest-applied.ts";
@@ -35,14 +36,13 @@ import { health } from "./steps/health.ts";
 import { progressing } from "./steps/progressing.ts";
 import { clusterHealth } from "./steps/cluster-health.ts";
 
-export { configFromEnv, ConfigSchema, type Config };
+export type { Config };
 
 // Either mode where the keys are names; Resource mode where the payload's labels name the add-on or the
 // placement. Works and bindings only with the add-on label: the hub's source watches no others.
 export default defineFunction({
   name: "addon-manager",
-  config: ConfigSchema,
-  env: configFromEnv,
+  config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, mode: "Either", verbs: ["add", "update"], root: true, keys: addonKeys },
     { cluster: c.hubCluster, resource: ClusterManagementAddOnV1alpha1Resource, verbs: ["add", "update"], keys: (e, io) => addonsKeys(io, { name: e.ref.name }) },

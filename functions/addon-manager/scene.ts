@@ -1,6 +1,6 @@
 // What the add-on manager's steps share: its settings, the objects read once per reconcile, and the
 // desired AddOnTemplate and AddOnDeploymentConfig once the configured step has named them.
-import { HubClusterSchema, hubClusterFromEnv, type HubCluster } from "../../shared/settings.ts";
+import type { HubCluster } from "../../shared/settings.ts";
 import type { Io } from "../../shared/harness.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
 import type { ManagedCluster } from "../../shared/api/cluster.ts";
@@ -16,9 +16,7 @@ import {
 import { AddOnConfigResource, AddOnMessage } from "../../shared/api/addon-strings.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
-export const ConfigSchema = HubClusterSchema;
 export type Config = HubCluster;
-export const configFromEnv = hubClusterFromEnv;
 
 export type AddOnStatus = NonNullable<ManagedClusterAddOnV1alpha1["status"]>;
 

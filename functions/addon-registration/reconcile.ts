@@ -4,7 +4,8 @@
 // expires, reported as ClusterCertificateRotated; secrets whose registration or add-on went away are
 // removed. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
-import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { AddOnConditionType, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
@@ -42,18 +43,11 @@ import { additionalData, credentialsOf, judgeSecret, type Credential } from "./r
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   // OCM's --client-cert-expiration-seconds applies to add-on certificates too
-  clientCertExpirationSeconds: z.number().int().min(3600).optional(),
+  clientCertExpirationSeconds: fromEnv("CLIENT_CERT_EXPIRATION_SECONDS", z.number().int().min(3600).optional(), asNumber),
   // how long to wait before looking at a pending CSR (or a missing install namespace) again
   pendingRecheckMs: z.number().int().positive().default(5_000),
 });
 export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    ...spokeAgentSettingsFromEnv(env),
-    clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,
-  });
-}
 
 type Addon = ManagedClusterAddOnV1alpha1;
 // Every secret this function writes carries both labels: that is how it finds them again to remove.
@@ -70,7 +64,6 @@ const CANDIDATE_SECRET = /-(hub-kubeconfig|client-cert|pending-csr)$/;
 export default defineFunction({
   name: "addon-registration",
   config: ConfigSchema,
-  env: configFromEnv,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, namespace: c.clusterName, mode: "Resource", root: true },
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName}`, mode: "Resource", verbs: ["add", "update"], keys: csrKeys },

@@ -8,7 +8,7 @@
 // writes only clusters of the ManagedClusterSets bound to that namespace (judged here, at assignment
 // time, since a decision is the tenant's to write), and never takes over a cluster's config written by
 // hand or by another rollout that still exists. The clusters it leaves out are named in its status.
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -44,7 +44,7 @@ export type Config = HubCluster;
 // its placement.
 export default defineFunction({
   name: "agent-config-rollout",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: AgentConfigResource, verbs: ["add", "update"], root: true, keys: configKeys },
     // the placement deciding other clusters

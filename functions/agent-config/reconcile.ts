@@ -41,51 +41,26 @@ import {
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
-import { configError } from "../../shared/function-env.ts";
+import { asJson, asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
-import { SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
-  // OCM_AGENT_CONFIG_ALLOW: the setting paths an assigned config may change on this cluster
-  allow: AllowListSchema,
-  // OCM_AGENT_CONFIG_TRIAL_SECONDS: the trial of a config without spec.trialSeconds
-  defaultTrialSeconds: z.int().min(1).default(DefaultTrialSeconds),
-  // OCM_AGENT_CONFIG_INSTALL_TIME: the install-time settings, which a path outside the allow-list may
-  // still be assigned (absent paths are install-time by definition)
-  installTime: AgentSettingsSchema.default({}),
+  // the setting paths an assigned config may change on this cluster
+  allow: fromEnv("OCM_AGENT_CONFIG_ALLOW", AllowListSchema),
+  // the trial of a config without spec.trialSeconds
+  defaultTrialSeconds: fromEnv("OCM_AGENT_CONFIG_TRIAL_SECONDS", z.int().min(1).default(DefaultTrialSeconds), asNumber),
+  // the install-time settings, which a path outside the allow-list may still be assigned (absent paths
+  // are install-time by definition)
+  installTime: fromEnv("OCM_AGENT_CONFIG_INSTALL_TIME", AgentSettingsSchema.default({}), asJson),
 });
 export type Config = z.infer<typeof ConfigSchema>;
 
 const NAME = "agent-config";
-
-// The schema's input, not its output: the allow-list is parsed from its text, so parsing a parsed
-// config again would fail. defineFunction parses what this returns.
-function settingsFromEnv(env: NodeJS.ProcessEnv): z.input<typeof ConfigSchema> {
-  return {
-    ...spokeAgentSettingsFromEnv(env),
-    allow: env.OCM_AGENT_CONFIG_ALLOW,
-    defaultTrialSeconds: env.OCM_AGENT_CONFIG_TRIAL_SECONDS ? Number(env.OCM_AGENT_CONFIG_TRIAL_SECONDS) : undefined,
-    installTime: jsonVariable(env, "OCM_AGENT_CONFIG_INSTALL_TIME") as z.input<typeof AgentSettingsSchema>,
-  };
-}
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse(settingsFromEnv(env));
-}
-
-function jsonVariable(env: NodeJS.ProcessEnv, variable: string): unknown {
-  const text = env[variable];
-  if (!text) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw configError(NAME, variable, text, `not JSON: ${(err as Error).message}`);
-  }
-}
 
 type ConfigMap = KubeObject & { data?: Record<string, string> };
 type AgentConfigObject = AgentConfig & KubeObject;
@@ -104,7 +79,6 @@ type ManagedClusterObject = ManagedCluster & KubeObject;
 export default defineFunction({
   name: NAME,
   config: ConfigSchema,
-  env: settingsFromEnv,
   watches: (c) => [
     {
       cluster: c.hubCluster,

@@ -4,7 +4,7 @@
 // add-ons, then its works) and the RBAC cleanup. A cluster never gets a namespace it did not get from
 // here: not one of Kubernetes or the hub (reserved names), not one made for something else.
 import { createClusterLease } from "../../shared/cluster-lease.ts";
-import { hubSettings, type HubSettings } from "../../shared/settings.ts";
+import { HubSettingsSchema, type HubSettings } from "../../shared/settings.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
@@ -57,7 +57,7 @@ export type Config = HubSettings;
 // Those come in Resource mode: the payload carries the label.
 export default defineFunction({
   name: "cluster-acceptor",
-  ...hubSettings,
+  config: HubSettingsSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(

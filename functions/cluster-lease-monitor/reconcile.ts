@@ -3,6 +3,8 @@
 // creates a missing lease and schedules the next look for the moment the lease would expire.
 import { createClusterLease, gracePeriodMs, leaseExpiresAt, type Lease } from "../../shared/cluster-lease.ts";
 import { z } from "zod";
+import { HubClusterSchema } from "../../shared/settings.ts";
+import { asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -22,22 +24,13 @@ import {
 } from "../../shared/api/cluster.ts";
 import { ClusterEventReason, LeaseDurationTimes, ManagedClusterMessage, availableUnknownEventMessage } from "../../shared/api/health.ts";
 
-export const ConfigSchema = z.object({
-  // the cluster whose ManagedClusters this function watches; events from any other cluster are not ours
-  hubCluster: z.string().min(1),
+export const ConfigSchema = HubClusterSchema.extend({
   // How many lease durations without a renewal make a cluster Unknown, and how far the agent's clock
   // may drift. Agents renew every 1 to 1.25 durations (jitter) plus a request's latency, so below 1.5
   // a healthy cluster would flap.
-  leaseGraceMultiplier: z.number().min(1.5).default(LeaseDurationTimes),
+  leaseGraceMultiplier: fromEnv("OCM_LEASE_GRACE_MULTIPLIER", z.number().min(1.5).default(LeaseDurationTimes), asNumber),
 });
 export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    hubCluster: env.OCM_CLUSTER_NAME || "hub",
-    leaseGraceMultiplier: env.OCM_LEASE_GRACE_MULTIPLIER ? Number(env.OCM_LEASE_GRACE_MULTIPLIER) : undefined,
-  });
-}
 
 export type { Lease };
 
@@ -46,7 +39,6 @@ export type { Lease };
 export default defineFunction({
   name: "cluster-lease-monitor",
   config: ConfigSchema,
-  env: configFromEnv,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true },
     { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease },

@@ -5,7 +5,7 @@
 // status lists the managed namespaces of its sets (managed-namespaces.ts), and each binding says whether
 // its set exists (Bound). The root kind is ManagedClusterSet, keyed by name; a binding is named after its set.
 import { isDeepStrictEqual } from "node:util";
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -46,7 +46,7 @@ export type Config = HubCluster;
 
 export default defineFunction({
   name: "cluster-sets",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   // Every kind in either mode: the keys are names, and the function reads everything else.
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true },

@@ -1,7 +1,8 @@
 // Keeps a ManagedCluster's availability taints in step with its Available condition on the hub
 // (ocm-protocol §4.4): unreachable while Unknown or missing, unavailable while False, none while True.
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
+import { liveCluster } from "../../shared/live-cluster.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
@@ -15,7 +16,7 @@ export type Config = HubCluster;
 // Deletions wake nothing: a cluster that is gone has no taints to keep.
 export default defineFunction({
   name: "cluster-taints",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [{ cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true }],
   resyncSeconds: 60,
   settled: (c, io) => isSettled(c as ManagedCluster, io.clock.now()),
@@ -29,12 +30,8 @@ export default defineFunction({
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const hub = io.cluster(key.cluster);
-  const cluster = await hub.get<ManagedCluster>(ManagedClusterResource, key.name);
+  const cluster = await liveCluster(io, key);
   if (!cluster) return done;
-  if (cluster.metadata.deletionTimestamp) {
-    io.log.info({ cluster: key.name }, "skipped: cluster is deleting");
-    return done;
-  }
   const taints = decideTaints(cluster, io.clock.now());
   if (!taints) return done;
   const next = structuredClone(cluster);

@@ -1,7 +1,7 @@
 // Approves OCM cluster agents' CSRs on the hub (ocm-protocol §3.2): a renewal once the agent may renew
 // (granted at acceptance), a bootstrap request from a configured auto-approval user. The root kind is
 // CertificateSigningRequest; kube-controller-manager signs what this approves.
-import { hubSettings, type HubSettings } from "../../shared/settings.ts";
+import { HubSettingsSchema, type HubSettings } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -21,7 +21,7 @@ export type Config = HubSettings;
 // The root kind is CertificateSigningRequest; a deleted CSR needs no decision.
 export default defineFunction({
   name: "csr-approver",
-  ...hubSettings,
+  config: HubSettingsSchema,
   watches: (c) => [{ cluster: c.hubCluster, resource: CertificateSigningRequestResource, mode: "Either", verbs: ["add", "update"], root: true, keys: keysOfCsr }],
   resyncSeconds: 60,
   resync: pendingAgentCsrs,

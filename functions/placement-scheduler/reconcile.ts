@@ -1,7 +1,7 @@
 // Schedules Placements as OCM's placement controller does: the clusters of the sets bound to the
 // placement's namespace, filtered, scored and cut to numberOfClusters (schedule.ts), written as
 // PlacementDecisions of at most 100 clusters and summed up in the Placement's status.
-import { hubClusterSettings, type HubCluster } from "../../shared/settings.ts";
+import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
@@ -44,7 +44,7 @@ export type Config = HubCluster;
 // a deleted decision is written again, and a hand edit of one is undone by the resync.
 export default defineFunction({
   name: "placement-scheduler",
-  ...hubClusterSettings,
+  config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "update"], root: true, keys: placementKeys },
     { cluster: c.hubCluster, resource: ManagedClusterResource, keys: placementsForCluster },

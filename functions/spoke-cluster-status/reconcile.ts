@@ -17,12 +17,12 @@ import { HealthKey, mergeSettings, readActiveSettings, recordHealth, type AgentS
 import { isConflict } from "../../shared/kube/errors.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
+import { asAgent } from "../../shared/agent-hub.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
-import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { recordEvent } from "../../shared/kube/event-recorder.ts";
-import { ConfigSchema, configFromEnv, type Config } from "./config.ts";
+import { ConfigSchema, type Config } from "./config.ts";
 import type { Notice, Status, StatusSettings, Step, StepContext, StepResult } from "./step.ts";
 import { available } from "./steps/available.ts";
 import { claims } from "./steps/claims.ts";
@@ -31,7 +31,7 @@ import { resources } from "./steps/resources.ts";
 import { isManagedNamespace, managedNamespaces } from "./steps/managed-namespaces.ts";
 import { fieldSelectorOf } from "../../shared/selector-query.ts";
 
-export { ConfigSchema, configFromEnv, type Config };
+export { ConfigSchema, type Config };
 export type { Notice, Status, StatusSettings, Step, StepContext, StepResult } from "./step.ts";
 
 export function statusSettings(c: Config, hash: string, active: AgentSettings): StatusSettings {
@@ -48,7 +48,6 @@ const steps: readonly Step[] = [joined, available, resources, claims, managedNam
 export default defineFunction({
   name: "spoke-cluster-status",
   config: ConfigSchema,
-  env: configFromEnv,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, fieldSelector: fieldSelectorOf({ "metadata.name": c.clusterName }), mode: "Resource", keys: (e) => (e.ref.name === c.clusterName ? [clusterKey(c)] : skipOf(e)) },
     { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Either", keys: (e) => (e.ref.name === c.hubSecret ? [clusterKey(c)] : skipOf(e)) },
@@ -78,42 +77,31 @@ const skipOf = (e: ObjectEvent) => ({ skip: `not this cluster's object: ${e.ref.
 
 export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
-  const now = io.clock.now();
-  const spoke = io.cluster(c.managementCluster);
-  const active = await readActiveSettings(spoke, c.agentNamespace);
-  const settings = statusSettings(c, active.hash, active.settings);
-  return withAgentHub(
-    spoke,
-    c,
-    now,
-    async (hub) => {
-      let synced: Synced;
-      try {
-        synced = await syncStatus({ now, hub, spoke, io, notices: [], settings });
-      } catch (err) {
-        // A conflict is someone else's write: the harness's retry re-reads and says how this one went.
-        if (!isConflict(err)) {
-          await recordStatusSync(io, spoke, { hash: settings.hash, ok: false, error: err instanceof Error ? err.message : String(err) }, now).catch((recordErr: unknown) =>
-            io.log.warn({ error: recordErr instanceof Error ? recordErr.message : String(recordErr) }, "health record not written"),
-          );
-        }
-        throw err;
+  return asAgent(io, async ({ hub, spoke, now }) => {
+    const active = await readActiveSettings(spoke, c.agentNamespace);
+    const settings = statusSettings(c, active.hash, active.settings);
+    let synced: Synced;
+    try {
+      synced = await syncStatus({ now, hub, spoke, io, notices: [], settings });
+    } catch (err) {
+      // A conflict is someone else's write: the harness's retry re-reads and says how this one went.
+      if (!isConflict(err)) {
+        await recordStatusSync(io, spoke, { hash: settings.hash, ok: false, error: err instanceof Error ? err.message : String(err) }, now).catch((recordErr: unknown) =>
+          io.log.warn({ error: recordErr instanceof Error ? recordErr.message : String(recordErr) }, "health record not written"),
+        );
       }
-      // Neither a withheld write (clocks out of sync) nor a cluster that is gone (its creation calls us
-      // again) says anything about whether writes work.
-      if (synced.status === "no-cluster") return done;
-      if (synced.status !== "withheld") await recordStatusSync(io, spoke, { hash: settings.hash, ok: true }, now);
+      throw err;
+    }
+    // Neither a withheld write (clocks out of sync) nor a cluster that is gone (its creation calls us
+    // again) says anything about whether writes work.
+    if (synced.status === "no-cluster") return done;
+    if (synced.status !== "withheld") await recordStatusSync(io, spoke, { hash: settings.hash, ok: true }, now);
 
-      // As OCM aggregates a step's error after patching what the steps before it settled.
-      if ("error" in synced.ran) throw synced.ran.error;
-      const recheckInMs = Math.min(synced.ran.recheckInMs ?? Infinity, settings.statusSyncIntervalMs ?? Infinity);
-      return recheckInMs === Infinity ? done : { recheckInMs };
-    },
-    (reason) => {
-      io.log.info({ reason: reason }, "skipped: not bootstrapped");
-      return done;
-    },
-  );
+    // As OCM aggregates a step's error after patching what the steps before it settled.
+    if ("error" in synced.ran) throw synced.ran.error;
+    const recheckInMs = Math.min(synced.ran.recheckInMs ?? Infinity, settings.statusSyncIntervalMs ?? Infinity);
+    return recheckInMs === Infinity ? done : { recheckInMs };
+  });
 }
 
 type Synced = { status: "written" | "unchanged" | "withheld" | "no-cluster"; ran: { recheckInMs?: number } | { error: unknown } };

@@ -3,7 +3,8 @@
 // rotate through the hub identity; start over when the bootstrap kubeconfig changes or the cert expires.
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import { commaList, SpokeAgentSettingsSchema, spokeAgentSettingsFromEnv } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { asKeyValues, asList, asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { ManagedClusterResource, ManagedClusterConditionType, ClusterLabel, AgentAnnotationPrefix, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, SecretResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
 import {
@@ -31,27 +32,16 @@ import { readCertificate } from "../../shared/pki.ts";
 import { labelsQuery } from "../../shared/selector-query.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
-  agentName: z.string().min(1).optional(),
-  externalServerUrls: z.array(z.url()).default([]),
-  clusterAnnotations: z.record(z.string(), z.string()).default({}),
-  clientCertExpirationSeconds: z.number().int().min(3600).optional(),
+  agentName: fromEnv("AGENT_ID", z.string().min(1).optional()),
+  externalServerUrls: fromEnv("SPOKE_EXTERNAL_SERVER_URLS", z.array(z.url()).default([]), asList),
+  clusterAnnotations: fromEnv("CLUSTER_ANNOTATIONS", z.record(z.string(), z.string()).default({}), asKeyValues),
+  clientCertExpirationSeconds: fromEnv("CLIENT_CERT_EXPIRATION_SECONDS", z.number().int().min(3600).optional(), asNumber),
   // spec.leaseDurationSeconds of the ManagedCluster it creates (OCM's CRD default is 60)
-  leaseDurationSeconds: z.number().int().nonnegative().default(60),
+  leaseDurationSeconds: fromEnv("CLUSTER_LEASE_DURATION_SECONDS", z.number().int().nonnegative().default(60), asNumber),
   // how long to wait before looking at a pending CSR again when no event arrives
   pendingRecheckMs: z.number().int().positive().default(5_000),
 });
 export type Config = z.infer<typeof ConfigSchema>;
-
-export function configFromEnv(env: NodeJS.ProcessEnv): Config {
-  return ConfigSchema.parse({
-    ...spokeAgentSettingsFromEnv(env),
-    agentName: env.AGENT_ID || undefined,
-    externalServerUrls: env.SPOKE_EXTERNAL_SERVER_URLS ? commaList.parse(env.SPOKE_EXTERNAL_SERVER_URLS) : undefined,
-    clusterAnnotations: env.CLUSTER_ANNOTATIONS ? Object.fromEntries(commaList.parse(env.CLUSTER_ANNOTATIONS).map((kv) => kv.split("=", 2) as [string, string])) : undefined,
-    clientCertExpirationSeconds: env.CLIENT_CERT_EXPIRATION_SECONDS ? Number(env.CLIENT_CERT_EXPIRATION_SECONDS) : undefined,
-    leaseDurationSeconds: env.CLUSTER_LEASE_DURATION_SECONDS ? Number(env.CLUSTER_LEASE_DURATION_SECONDS) : undefined,
-  });
-}
 
 // Holds the private key (and the name of the CSR it went into) while the hub decides: a function
 // remembers nothing, and OCM's secret layout must not change, so it has a secret of its own.
@@ -62,7 +52,6 @@ export const pendingSecretName = (c: Config) => `${c.hubSecret}-pending-csr`;
 export default defineFunction({
   name: "spoke-registration",
   config: ConfigSchema,
-  env: configFromEnv,
   watches: (c) => [
     { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Reference", keys: (e) => (ownSecrets(c).includes(e.ref.name) ? [agentKey(c)] : { skip: `not this agent's secret: ${e.ref.name}` }) },
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName}`, verbs: ["update"], keys: (e) => csrKeys(c, e) },

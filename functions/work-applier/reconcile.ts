@@ -15,13 +15,14 @@ import {
 } from "../../shared/api/work.ts";
 import { addFinalizer, patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, isTrue, setCondition } from "../../shared/conditions.ts";
+import { asAgent } from "../../shared/agent-hub.ts";
+import { withAgentHub } from "../../shared/hub-credentials.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
-import { withAgentHub } from "../../shared/hub-credentials.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { refusal } from "./admission.ts";
-import { ConfigSchema, configFromEnv, type Config } from "./config.ts";
+import { ConfigSchema, type Config } from "./config.ts";
 import { applyManifest, apiMessage, IgnoreFieldError, ServerSideApplyConflictError } from "./apply.ts";
 import { deleteAppliedResources, sortApplied, untracked, type AppliedResource } from "./cleanup.ts";
 import { resolver, splitApiVersion, type Resolver } from "./discovery.ts";
@@ -33,7 +34,7 @@ import type { Applied, Ctx, Work } from "./context.ts";
 import { PENDING_DELETION_RECHECK_MS, finalizeApplied, finalizeWork, logDisposals, normalized, throwFirst } from "./finalize.ts";
 import { appliedRecord, ocmResourceMeta, manifestStatuses, refusedCondition, workConditions, type AppliedOutcome, type ManifestOutcome, type ReadOutcome } from "./status.ts";
 
-export { ConfigSchema, configFromEnv, type Config };
+export { ConfigSchema, type Config };
 
 // OCM's HubHash: lowercase hex sha256 of the hub server URL exactly as the hub kubeconfig writes it.
 export const hubHashOf = (server: string) => createHash("sha256").update(server).digest("hex");
@@ -50,7 +51,6 @@ const MAX_ERROR_RECHECK_MS = 300_000;
 export default defineFunction({
   name: "work-applier",
   config: ConfigSchema,
-  env: configFromEnv,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManifestWorkResource, namespace: c.clusterName, mode: "Resource", root: true },
     { cluster: c.managementCluster, resource: AppliedManifestWorkResource, mode: "Resource", keys: (e) => appliedKeys(c, e.ref.name) },
@@ -98,13 +98,9 @@ async function keysOnTick(io: Io<Config>): Promise<Key[] | { skip: string }> {
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
-  const now = io.clock.now();
-  const spoke = io.cluster(c.managementCluster);
-  return withAgentHub(
-    spoke,
-    c,
-    now,
-    async (hub) => {
+  return asAgent(
+    io,
+    async ({ hub, spoke, now }) => {
       const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.cluster.server) };
       const [work, applied] = await Promise.all([
         hub.get<Work>(ManifestWorkResource, key.name, key.namespace ?? c.clusterName),
@@ -118,10 +114,6 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
         if (current) return { recheckInMs: PENDING_DELETION_RECHECK_MS };
       }
       return await applyWork(ctx, work, current);
-    },
-    (reason) => {
-      io.log.info({ reason: reason }, "skipped: not bootstrapped");
-      return done;
     },
   );
 }

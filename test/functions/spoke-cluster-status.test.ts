@@ -13,9 +13,7 @@ import { ClusterRoleBindingResource, ConfigMapResource, EventResource, LeaseReso
 import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import type { Lease } from "../../shared/cluster-lease.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
-import type { AgentSettings } from "../../shared/api/agent-config.ts";
-import { AgentHealthConfigMapName, checkpointData, CheckpointConfigMapName, HealthKey, installTimeConfig, parseHealthRecords, settingsHash } from "../../shared/agent-config.ts";
-import { createOrUpdate } from "../../shared/apply.ts";
+import { HealthKey } from "../../shared/agent-config.ts";
 import { ClusterEventReason, ManagedClusterMessage } from "../../shared/api/health.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
@@ -26,6 +24,7 @@ import { sumResourceLists } from "../../shared/quantity.ts";
 import fn, { type Config, type Status } from "../../functions/spoke-cluster-status/reconcile.ts";
 import { failureDetail, probeKubeAPIServer, probeStateName, staleLease } from "../../functions/spoke-cluster-status/steps/available.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { activate, healthRecord, withoutAgentConfig } from "../support/agent-checkpoint.ts";
 import { eventually } from "../support/eventually.ts";
 
 // Own timeouts, not the runner's defaults: starting the fleet (control planes, functions, relays) and
@@ -370,25 +369,6 @@ describe("through the function runtime", { timeout: FLEET_TEST_MS }, () => {
   });
 });
 
-type ConfigMap = KubeObject & { data?: Record<string, string> };
-
-// The checkpoint as the spoke's agent-config function writes it: these settings active. Returns their hash.
-async function activate(settings: AgentSettings): Promise<string> {
-  const hash = settingsHash(settings);
-  const data = checkpointData({ active: { hash, settings }, lastKnownGood: installTimeConfig() });
-  await createOrUpdate<ConfigMap>(spokeAdmin, ConfigMapResource, { metadata: { name: CheckpointConfigMapName, namespace: AgentNamespaceDefault }, data }, ["data"]);
-  return hash;
-}
-
-async function withoutAgentConfig(): Promise<void> {
-  for (const name of [CheckpointConfigMapName, AgentHealthConfigMapName]) await spokeAdmin.delete(ConfigMapResource, name, AgentNamespaceDefault);
-}
-
-const statusSyncRecord = async () => {
-  const cm = await spokeAdmin.get<ConfigMap>(ConfigMapResource, AgentHealthConfigMapName, AgentNamespaceDefault);
-  return { record: parseHealthRecords(cm?.data)[HealthKey.StatusSync], resourceVersion: cm?.metadata.resourceVersion };
-};
-
 // Copies of the agent's secrets whose hub is an address nothing listens on: the function reads and
 // judges them as it does the real ones, then cannot reach the hub.
 async function unreachableHubConfig(): Promise<Partial<Config>> {
@@ -416,7 +396,7 @@ async function unreachableHubConfig(): Promise<Partial<Config>> {
 
 describe("agent settings", { timeout: FLEET_TEST_MS }, () => {
   it("takes its recheck interval and claim limit from the active settings, changed without a restart", async () => {
-    await withoutAgentConfig();
+    await withoutAgentConfig(spokeAdmin);
     const names = ["c-1", "c-2", "c-3"];
     for (const name of names) await spokeAdmin.create(ClusterClaimResource, { metadata: { name }, spec: { value: name } });
     const io = ioWith();
@@ -426,25 +406,25 @@ describe("agent settings", { timeout: FLEET_TEST_MS }, () => {
       expect(await run(io)).toEqual(done);
       expect(await exposed()).toEqual(names);
 
-      await activate({ statusSyncIntervalSeconds: 7, clusterClaimLimit: 1 });
+      await activate(spokeAdmin, { statusSyncIntervalSeconds: 7, clusterClaimLimit: 1 });
       expect(await run(io)).toEqual({ recheckInMs: 7_000 });
       expect(await exposed()).toEqual(["c-1"]);
 
-      await activate({ statusSyncIntervalSeconds: 30, clusterClaimLimit: 2 });
+      await activate(spokeAdmin, { statusSyncIntervalSeconds: 30, clusterClaimLimit: 2 });
       expect(await handleEvent(fn.spec, io, tickEvent())).toEqual({ statusCode: 204, headers: { "x-recheck-after-ms": "30000" } });
       expect(await exposed()).toEqual(["c-1", "c-2"]);
 
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
       expect(await run(io)).toEqual(done);
       expect(await exposed()).toEqual(names);
     } finally {
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
       await Promise.all(names.map((n) => spokeAdmin.delete(ClusterClaimResource, n)));
     }
   });
 
   it("records whether its status writes succeed under each config, rewriting the record only when the hash or the outcome changes", async () => {
-    await withoutAgentConfig();
+    await withoutAgentConfig(spokeAdmin);
     const clock = manualClock();
     const io = ioWith({ clock });
     const cut = ioWith({ clock, config: await unreachableHubConfig() });
@@ -455,37 +435,37 @@ describe("agent settings", { timeout: FLEET_TEST_MS }, () => {
       }
     };
     try {
-      const first = await activate({ statusSyncIntervalSeconds: 11 });
+      const first = await activate(spokeAdmin, { statusSyncIntervalSeconds: 11 });
       await runs(io, 1);
-      const ok = await statusSyncRecord();
+      const ok = await healthRecord(spokeAdmin, HealthKey.StatusSync);
       expect(ok.record).toEqual({ hash: first, ok: true, since: clock.now().toISOString() });
       await runs(io, 3);
-      expect(await statusSyncRecord()).toEqual(ok); // same resourceVersion: nothing written
+      expect(await healthRecord(spokeAdmin, HealthKey.StatusSync)).toEqual(ok); // same resourceVersion: nothing written
 
       clock.advance(1_000);
       await expect(run(cut)).rejects.toThrow(/ECONNREFUSED/);
-      const failing = await statusSyncRecord();
+      const failing = await healthRecord(spokeAdmin, HealthKey.StatusSync);
       expect(failing.record).toEqual({ hash: first, ok: false, since: clock.now().toISOString(), error: expect.stringContaining("ECONNREFUSED") });
       expect(failing.resourceVersion).not.toBe(ok.resourceVersion);
       for (let i = 0; i < 2; i++) {
         clock.advance(1_000);
         await expect(run(cut)).rejects.toThrow(/ECONNREFUSED/);
       }
-      expect(await statusSyncRecord()).toEqual(failing); // failing on: since stays the first failure
+      expect(await healthRecord(spokeAdmin, HealthKey.StatusSync)).toEqual(failing); // failing on: since stays the first failure
 
       await runs(io, 1);
-      const recovered = await statusSyncRecord();
+      const recovered = await healthRecord(spokeAdmin, HealthKey.StatusSync);
       expect(recovered.record).toEqual({ hash: first, ok: true, since: clock.now().toISOString() });
 
-      const second = await activate({ statusSyncIntervalSeconds: 12 });
+      const second = await activate(spokeAdmin, { statusSyncIntervalSeconds: 12 });
       await runs(io, 1);
-      const next = await statusSyncRecord();
+      const next = await healthRecord(spokeAdmin, HealthKey.StatusSync);
       expect(next.record).toEqual({ hash: second, ok: true, since: clock.now().toISOString() });
       expect(next.resourceVersion).not.toBe(recovered.resourceVersion);
       await runs(io, 2);
-      expect(await statusSyncRecord()).toEqual(next);
+      expect(await healthRecord(spokeAdmin, HealthKey.StatusSync)).toEqual(next);
     } finally {
-      await withoutAgentConfig();
+      await withoutAgentConfig(spokeAdmin);
     }
   });
 });

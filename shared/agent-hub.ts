@@ -1,0 +1,24 @@
+// A spoke function's reconcile as its cluster's agent on the hub: the hub client from the agent's
+// secrets (shared/hub-credentials.ts), the spoke under the function's own identity, and the time of the
+// reconcile. Until the agent is bootstrapped it has nothing to do as that identity: the reconcile is
+// done, with a log line that says why.
+import { done, type Io, type Outcome } from "./harness.ts";
+import { withAgentHub, type AgentSecrets } from "./hub-credentials.ts";
+import type { KubeClient } from "./kube/client.ts";
+
+export type AgentView = { hub: KubeClient; spoke: KubeClient; now: Date };
+
+export async function asAgent<C extends AgentSecrets & { managementCluster: string }>(io: Io<C>, use: (a: AgentView) => Promise<Outcome>, logged: object = {}): Promise<Outcome> {
+  const now = io.clock.now();
+  const spoke = io.cluster(io.config.managementCluster);
+  return withAgentHub(
+    spoke,
+    io.config,
+    now,
+    (hub) => use({ hub, spoke, now }),
+    (reason) => {
+      io.log.info({ ...logged, reason }, "skipped: not bootstrapped");
+      return done;
+    },
+  );
+}
