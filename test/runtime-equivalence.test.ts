@@ -9,7 +9,7 @@
 // not a CloudEvent (shared/cloudevents-server.ts's header says why ours answers 400), and the CORS
 // headers faas-js-runtime adds. test/bundles.test.ts holds every function's built entry loadable by
 // faas-js-runtime's own CLI.
-import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { describe, it, expect } from "vitest";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import type { Server } from "node:http";
@@ -23,7 +23,7 @@ import fn, { type Config, type Lease } from "../functions/cluster-lease-monitor/
 import { freePort } from "../dev/control-plane/clusters.ts";
 import { objectEvent, startFunctionServer, testIo, tickEvent } from "./support/functions.ts";
 import type { FunctionServer } from "../dev/local/functions.ts";
-import { readyIdentity, startHub, type Hub } from "./support/fixtures.ts";
+import { functionHub } from "./support/fixtures.ts";
 
 const HUB = "hub";
 const S = 1000;
@@ -34,17 +34,9 @@ const suffix = () => Math.random().toString(36).slice(2, 7);
 type FaasStart = (fn: { handle: (context: unknown, event?: unknown) => unknown }, options: { port: number; logLevel: string; config: string }) => Promise<Server>;
 const { start: faasStart } = createRequire(import.meta.url)("faas-js-runtime") as { start: FaasStart };
 
-let plane: Hub;
 let admin: KubeClient;
 let kubeconfig: string;
-
-beforeAll(async () => {
-  plane = await startHub(HUB);
-  admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [ManagedClusterResource, LeaseResource]);
-});
-
-afterAll(() => plane?.stop());
+functionHub(fn.spec.name, [ManagedClusterResource, LeaseResource], (h) => ({ admin, kubeconfig } = h));
 
 // The function behind faas-js-runtime's real server, on a free port (it listens on every interface).
 async function startFaas(io: Io<Config>): Promise<FunctionServer> {

@@ -1,6 +1,6 @@
 // The cluster-lease-monitor function against a real hub, under its own RBAC. Grace periods are
 // crossed by moving the injected clock; leases are renewed by writing renewTime as an agent would.
-import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { describe, it, expect } from "vitest";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { EventResource, LeaseResource, NamespaceResource } from "../../shared/api/kube.ts";
 import {
@@ -18,7 +18,7 @@ import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io, type Outcome } from "../../shared/harness.ts";
 import fn, { type Config, type Lease } from "../../functions/cluster-lease-monitor/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
-import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
+import { functionHub } from "../support/fixtures.ts";
 import { recordingRequests } from "../support/requests.ts";
 
 const HUB = "hub";
@@ -27,17 +27,9 @@ const suffix = () => Math.random().toString(36).slice(2, 7);
 // keeps a deleted cluster in place with its deletionTimestamp set
 const HOLD = "test.ocm-functions.io/hold";
 
-let plane: Hub;
 let admin: KubeClient;
 let kubeconfig: string;
-
-beforeAll(async () => {
-  plane = await startHub(HUB);
-  admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [ManagedClusterResource, LeaseResource]);
-});
-
-afterAll(() => plane?.stop());
+functionHub(fn.spec.name, [ManagedClusterResource, LeaseResource], (h) => ({ admin, kubeconfig } = h));
 
 type Scene = { c: string; clock: ReturnType<typeof manualClock>; io: Io<Config> };
 

@@ -1,6 +1,6 @@
 // The cluster-taints function against a real hub, under its own RBAC: taints follow the Available
 // condition, keep their timeAdded, and nothing is written when nothing changes.
-import { describe, it, expect, beforeAll, afterAll } from "vitest";
+import { describe, it, expect } from "vitest";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, TaintEffect, TaintKey, type ManagedCluster, type Taint } from "../../shared/api/cluster.ts";
 import type { NewCondition } from "../../shared/conditions.ts";
@@ -9,23 +9,15 @@ import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, serve, type Io } from "../../shared/harness.ts";
 import fn, { type Config } from "../../functions/cluster-taints/reconcile.ts";
 import { objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
-import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
+import { functionHub } from "../support/fixtures.ts";
 
 const HUB = "hub";
 const suffix = () => Math.random().toString(36).slice(2, 7);
 const HOLD = "test.ocm-functions.io/hold";
 
-let plane: Hub;
 let admin: KubeClient;
 let kubeconfig: string;
-
-beforeAll(async () => {
-  plane = await startHub(HUB);
-  admin = plane.admin;
-  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [ManagedClusterResource]);
-});
-
-afterAll(() => plane?.stop());
+functionHub(fn.spec.name, [ManagedClusterResource], (h) => ({ admin, kubeconfig } = h));
 
 type Scene = { c: string; clock: ReturnType<typeof manualClock>; io: Io<Config> };
 function scene(): Scene {

@@ -1,6 +1,7 @@
 // The control-plane and identity set-up that test files share: a hub of its own, a function's own
 // identity once its RBAC is in force, CSR requesters, bootstrap identities, and a fleet's cluster once
 // its agent holds its hub identity.
+import { afterAll, beforeAll } from "vitest";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource } from "../../shared/api/kube.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
@@ -45,6 +46,17 @@ export async function readyIdentity(cluster: LocalCluster, fn: string, ready: re
     probe.close();
   }
   return kubeconfig;
+}
+
+// One function's test file on its own hub: started before the file's tests and stopped after them; `use`
+// gets the admin client and the function's own identity once its RBAC is in force for `ready`.
+export function functionHub(fn: string, ready: readonly ApiResource[], use: (h: { admin: KubeClient; kubeconfig: string }) => void, name = "hub"): void {
+  let plane: Hub | undefined;
+  beforeAll(async () => {
+    plane = await startHub(name);
+    use({ admin: plane.admin, kubeconfig: await readyIdentity(plane.cluster, fn, ready) });
+  });
+  afterAll(() => plane?.stop());
 }
 
 // The function's Io on `cluster` under that identity.
