@@ -12,12 +12,13 @@ import { coldStart } from "./cold-start.ts";
 import { eventsToConverged } from "./events-to-converged.ts";
 import { hubCost, fleetScale } from "./scale.ts";
 import { spoke } from "./spoke.ts";
+import { serving } from "./serving.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-// Run only when named: broker needs root (a real node); hub-cost, fleet and spoke take minutes and run
+// Run only when named: broker and serving need root (a real node); hub-cost, fleet and spoke take minutes and run
 // OCM's programs beside ours (npm run bench -- hub-cost).
 const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon, placement, agentConfigBench, coldStart, eventsToConverged];
-const byName: Bench[] = [broker, hubCost, fleetScale, spoke];
+const byName: Bench[] = [broker, serving, hubCost, fleetScale, spoke];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.

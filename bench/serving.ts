@@ -1,0 +1,139 @@
+// The hub as Knative Services on a real node (dev/local/eventing-hub.ts with Serving and Traefik; needs
+// root), with no cluster joined (N = 0): what an idle hub holds, and what an event costs from zero.
+//   1. idle as deployed: the PingSource ticks every minute; pods per hub function and their memory,
+//      sampled over SERVING_IDLE_SECONDS (120), after the hub had 120 s to settle
+//   2. idle with a quiet fleet: the tick made rare (once a year); pods per function once every
+//      function with nothing to do has gone, and the same sampling
+//   3. the memory on the node: every pod's working set from its cgroup (usage less inactive file
+//      cache, as kubelet counts it), Knative's own pods and the hub functions' apart
+//   4. event-to-reconcile: an accepted ManagedCluster created until cluster-acceptor has set
+//      HubAccepted=True, from zero (cluster-acceptor with no pod left; SERVING_COLD_SAMPLES, 5) and
+//      warm (its pod up; SERVING_WARM_SAMPLES, 20)
+// The autoscaler's windows are Knative's least (stable-window and scale-to-zero grace 6 s), so
+// phases 2 and 4 take minutes, not hours; with Knative's defaults (60 s and 30 s) a function stays up
+// about a minute and a half after its last event.
+import { readFileSync, existsSync } from "node:fs";
+import { join } from "node:path";
+import { startEventingHub, type EventingHub } from "../dev/local/eventing-hub.ts";
+import { PingSourceName } from "../cli/render/hub.ts";
+import type { KubeObject } from "../shared/kube/client.ts";
+import { PodResource } from "../shared/api/kube.ts";
+import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { isTrue } from "../shared/conditions.ts";
+import { percentile, ms, mib } from "./stats.ts";
+
+const IDLE_S = Number(process.env.SERVING_IDLE_SECONDS || 120);
+const COLD = Number(process.env.SERVING_COLD_SAMPLES || 5);
+const WARM = Number(process.env.SERVING_WARM_SAMPLES || 20);
+const KNATIVE_NAMESPACES = ["knative-eventing", "knative-serving", "traefik", "kube-system"];
+
+type Pod = KubeObject & { metadata: { uid: string; namespace: string; labels?: Record<string, string>; deletionTimestamp?: string } };
+const pause = (msec: number) => new Promise((r) => setTimeout(r, msec));
+
+async function until(what: string, timeoutMs: number, check: () => Promise<boolean>, intervalMs = 10): Promise<void> {
+  const t0 = performance.now();
+  while (!(await check())) {
+    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await pause(intervalMs);
+  }
+}
+
+// A pod's working set from the node's memory cgroup (cgroup v1 here): kubepods/<qos>/pod<uid>.
+function workingSetOf(nodeCgroup: string, uid: string): number | undefined {
+  const base = join("/sys/fs/cgroup/memory", nodeCgroup, "kubepods");
+  for (const qos of ["", "burstable", "besteffort"]) {
+    const dir = join(base, qos, `pod${uid}`);
+    if (!existsSync(dir)) continue;
+    const usage = Number(readFileSync(join(dir, "memory.usage_in_bytes"), "utf8"));
+    const inactive = Number(/^total_inactive_file (\d+)$/m.exec(readFileSync(join(dir, "memory.stat"), "utf8"))?.[1] ?? 0);
+    return Math.max(0, usage - inactive);
+  }
+  return undefined;
+}
+
+const fnOf = (p: Pod) => p.metadata.labels?.["serving.knative.dev/service"];
+
+async function livePods(env: EventingHub): Promise<Pod[]> {
+  const { items } = await env.hubAdmin.list<Pod>(PodResource, {});
+  return items.filter((p) => !p.metadata.deletionTimestamp);
+}
+
+// Samples pods per function every 2 s over the window: the mean and the most at once.
+async function sampleIdle(env: EventingHub, seconds: number): Promise<Record<string, string>> {
+  const counts = new Map(env.functions.map((fn) => [fn, [] as number[]]));
+  for (const end = Date.now() + seconds * 1000; Date.now() < end; await pause(2_000)) {
+    const pods = await livePods(env);
+    for (const fn of env.functions) counts.get(fn)!.push(pods.filter((p) => fnOf(p) === fn).length);
+  }
+  return Object.fromEntries(
+    env.functions.map((fn) => {
+      const c = counts.get(fn)!;
+      return [fn, `mean ${(c.reduce((a, b) => a + b, 0) / c.length).toFixed(2)}, most ${Math.max(...c)}`];
+    }),
+  );
+}
+
+function memory(env: EventingHub, pods: Pod[]): { knative: number; functions: Map<string, number>; other: number } {
+  const functions = new Map<string, number>();
+  let knative = 0;
+  let other = 0;
+  for (const p of pods) {
+    const ws = workingSetOf(env.node.cgroup, p.metadata.uid) ?? 0;
+    const fn = fnOf(p);
+    if (fn) functions.set(fn, (functions.get(fn) ?? 0) + ws);
+    else if (KNATIVE_NAMESPACES.includes(p.metadata.namespace)) knative += ws;
+    else other += ws; // the hub namespace's ApiServerSource adapter and the lease monitor's relay
+  }
+  return { knative, functions, other };
+}
+
+async function acceptLatency(env: EventingHub, name: string): Promise<number> {
+  const t0 = performance.now();
+  await env.hubAdmin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
+  await until(`${name} HubAccepted`, 120_000, async () => isTrue((await env.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"));
+  return performance.now() - t0;
+}
+
+const summary = (samples: number[]) => `p50 ${ms(percentile(samples, 50))}, p95 ${ms(percentile(samples, 95))} (n=${samples.length})`;
+
+export const serving = {
+  name: "serving",
+  async run() {
+    const figures: Record<string, string | number> = {};
+    const env = await startEventingHub({ workloads: "knative", serving: { autoscaler: { "stable-window": "6s", "scale-to-zero-grace-period": "6s" } } });
+    try {
+      figures["node Ready"] = ms(env.node.readyMs);
+      figures["Eventing Available (beside Serving)"] = ms(env.eventing.readyMs);
+      figures["Serving and Traefik Available"] = ms(env.serving!.readyMs);
+      figures[`install hub --wait all (${env.functions.length} Knative Services)`] = ms(env.installMs);
+
+      await pause(120_000);
+      for (const [fn, v] of Object.entries(await sampleIdle(env, IDLE_S))) figures[`idle, tick every minute: pods of ${fn}`] = v;
+
+      await env.hubAdmin.request("PATCH", `/apis/sources.knative.dev/v1beta2/namespaces/${env.namespace}/pingsources/${PingSourceName}`, JSON.stringify({ spec: { schedule: "0 0 1 1 *" } }), "application/merge-patch+json");
+      const t0 = performance.now();
+      await until("every function at zero", 300_000, async () => !(await livePods(env)).some(fnOf), 1_000);
+      figures["quiet fleet: last function pod gone after the tick stopped"] = ms(performance.now() - t0);
+      for (const [fn, v] of Object.entries(await sampleIdle(env, Math.min(IDLE_S, 60)))) figures[`idle, quiet: pods of ${fn}`] = v;
+      const idle = memory(env, await livePods(env));
+      figures["idle, quiet: Knative's pods (Eventing, Serving, Traefik, CoreDNS)"] = mib(idle.knative);
+      figures["idle, quiet: hub functions' pods"] = mib([...idle.functions.values()].reduce((a, b) => a + b, 0));
+      figures["idle, quiet: ApiServerSource adapter and lease relay"] = mib(idle.other);
+
+      const cold: number[] = [];
+      for (let i = 0; i < COLD; i++) {
+        await until("cluster-acceptor at zero", 300_000, async () => !(await livePods(env)).some((p) => fnOf(p) === "cluster-acceptor"), 500);
+        cold.push(await acceptLatency(env, `cold-${i}`));
+      }
+      figures["event-to-reconcile from zero (HubAccepted)"] = summary(cold);
+      const warm: number[] = [];
+      const awake = memory(env, await livePods(env));
+      for (const [fn, ws] of awake.functions) figures[`awake: memory of ${fn}'s pod`] = mib(ws);
+      for (let i = 0; i < WARM; i++) warm.push(await acceptLatency(env, `warm-${i}`));
+      figures["event-to-reconcile warm (HubAccepted)"] = summary(warm);
+    } finally {
+      await env.stop();
+    }
+    return figures;
+  },
+};
