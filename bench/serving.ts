@@ -1,7 +1,7 @@
 // The hub as Knative Services on a real node (dev/local/eventing-hub.ts with Serving and Traefik; needs
 // root), with no cluster joined (N = 0): what an idle hub holds, and what an event costs from zero.
-//   1. idle as deployed: the PingSource ticks every minute; pods per hub function and their memory,
-//      sampled over SERVING_IDLE_SECONDS (120), after the hub had 120 s to settle
+//   1. idle as deployed: the PingSource ticks every minute; pods per hub function, sampled every 2 s
+//      over SERVING_IDLE_SECONDS (120), after the hub had as long to settle
 //   2. idle with a quiet fleet: the tick made rare (once a year); pods per function once every
 //      function with nothing to do has gone, and the same sampling
 //   3. the memory on the node: every pod's working set from its cgroup (usage less inactive file
@@ -11,7 +11,9 @@
 //      warm (its pod up; SERVING_WARM_SAMPLES, 20)
 // The autoscaler's windows are Knative's least (stable-window and scale-to-zero grace 6 s), so
 // phases 2 and 4 take minutes, not hours; with Knative's defaults (60 s and 30 s) a function stays up
-// about a minute and a half after its last event.
+// about a minute and a half after its last event. SERVING_AUTOSCALER=key=value,... adds
+// config-autoscaler settings (e.g. target-burst-capacity=0, which takes the activator out of a warm
+// revision's path).
 import { readFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { startEventingHub, type EventingHub } from "../dev/local/eventing-hub.ts";
@@ -25,6 +27,12 @@ import { percentile, ms, mib } from "./stats.ts";
 const IDLE_S = Number(process.env.SERVING_IDLE_SECONDS || 120);
 const COLD = Number(process.env.SERVING_COLD_SAMPLES || 5);
 const WARM = Number(process.env.SERVING_WARM_SAMPLES || 20);
+const AUTOSCALER = Object.fromEntries(
+  (process.env.SERVING_AUTOSCALER ?? "")
+    .split(",")
+    .filter(Boolean)
+    .map((kv) => kv.split("=") as [string, string]),
+);
 const KNATIVE_NAMESPACES = ["knative-eventing", "knative-serving", "traefik", "kube-system"];
 
 type Pod = KubeObject & { metadata: { uid: string; namespace: string; labels?: Record<string, string>; deletionTimestamp?: string } };
@@ -100,14 +108,15 @@ export const serving = {
   name: "serving",
   async run() {
     const figures: Record<string, string | number> = {};
-    const env = await startEventingHub({ workloads: "knative", serving: { autoscaler: { "stable-window": "6s", "scale-to-zero-grace-period": "6s" } } });
+    const env = await startEventingHub({ workloads: "knative", serving: { autoscaler: { "stable-window": "6s", "scale-to-zero-grace-period": "6s", ...AUTOSCALER } } });
     try {
       figures["node Ready"] = ms(env.node.readyMs);
       figures["Eventing Available (beside Serving)"] = ms(env.eventing.readyMs);
       figures["Serving and Traefik Available"] = ms(env.serving!.readyMs);
       figures[`install hub --wait all (${env.functions.length} Knative Services)`] = ms(env.installMs);
 
-      await pause(120_000);
+      if (Object.keys(AUTOSCALER).length) figures["config-autoscaler besides the windows"] = JSON.stringify(AUTOSCALER);
+      await pause(IDLE_S * 1000); // settling after the install's own events
       for (const [fn, v] of Object.entries(await sampleIdle(env, IDLE_S))) figures[`idle, tick every minute: pods of ${fn}`] = v;
 
       await env.hubAdmin.request("PATCH", `/apis/sources.knative.dev/v1beta2/namespaces/${env.namespace}/pingsources/${PingSourceName}`, JSON.stringify({ spec: { schedule: "0 0 1 1 *" } }), "application/merge-patch+json");
