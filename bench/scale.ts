@@ -87,7 +87,7 @@ function requestsBetween(before: Map<string, number>, after: Map<string, number>
 }
 
 // The simulator child: joined spokes as they come, and its renewal counts on request.
-class Simulator {
+export class Simulator {
   readonly joined = new Map<string, Milestones>();
   private readonly child: ChildProcess;
   private readonly exited: Promise<number | null>;

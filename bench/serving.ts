@@ -9,12 +9,16 @@
 //   4. event-to-reconcile: an accepted ManagedCluster created until cluster-acceptor has set
 //      HubAccepted=True, from zero (cluster-acceptor with no pod left; SERVING_COLD_SAMPLES, 5) and
 //      warm (its pod up; SERVING_WARM_SAMPLES, 20)
+//   5. with N joined clusters (SERVING_SIZES, 20,200; simulated spokes as in the hub-cost bench, real
+//      identities auto-approved, 60 s leases): the time until all are joined and Available, then
+//      pods per function and memory while the fleet only renews its leases. The clusters of phase 4
+//      stay (accepted, never joined), so each N has 25 more that are Unknown.
 // The autoscaler's windows are Knative's least (stable-window and scale-to-zero grace 6 s), so
 // phases 2 and 4 take minutes, not hours; with Knative's defaults (60 s and 30 s) a function stays up
 // about a minute and a half after its last event. SERVING_AUTOSCALER=key=value,... adds
 // config-autoscaler settings (e.g. target-burst-capacity=0, which takes the activator out of a warm
 // revision's path).
-import { readFileSync, existsSync } from "node:fs";
+import { readFileSync, existsSync, mkdtempSync } from "node:fs";
 import { join } from "node:path";
 import { startEventingHub, type EventingHub } from "../dev/local/eventing-hub.ts";
 import { PingSourceName } from "../cli/render/hub.ts";
@@ -23,6 +27,7 @@ import { PodResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { isTrue } from "../shared/conditions.ts";
 import { percentile, ms, mib } from "./stats.ts";
+import { Simulator } from "./scale.ts";
 
 const IDLE_S = Number(process.env.SERVING_IDLE_SECONDS || 120);
 const COLD = Number(process.env.SERVING_COLD_SAMPLES || 5);
@@ -33,6 +38,7 @@ const AUTOSCALER = Object.fromEntries(
     .filter(Boolean)
     .map((kv) => kv.split("=") as [string, string]),
 );
+const SIZES = (process.env.SERVING_SIZES ?? "20,200").split(",").filter(Boolean).map(Number);
 const KNATIVE_NAMESPACES = ["knative-eventing", "knative-serving", "traefik", "kube-system"];
 
 type Pod = KubeObject & { metadata: { uid: string; namespace: string; labels?: Record<string, string>; deletionTimestamp?: string } };
@@ -95,20 +101,30 @@ function memory(env: EventingHub, pods: Pod[]): { knative: number; functions: Ma
   return { knative, functions, other };
 }
 
-async function acceptLatency(env: EventingHub, name: string): Promise<number> {
+// undefined when the cluster was not HubAccepted within 120 s (counted apart, not as a latency)
+async function acceptLatency(env: EventingHub, name: string): Promise<number | undefined> {
   const t0 = performance.now();
   await env.hubAdmin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
-  await until(`${name} HubAccepted`, 120_000, async () => isTrue((await env.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"));
+  try {
+    await until(`${name} HubAccepted`, 120_000, async () => isTrue((await env.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"));
+  } catch {
+    return undefined;
+  }
   return performance.now() - t0;
 }
 
-const summary = (samples: number[]) => `p50 ${ms(percentile(samples, 50))}, p95 ${ms(percentile(samples, 95))} (n=${samples.length})`;
+const summary = (samples: (number | undefined)[]) => {
+  const got = samples.filter((x): x is number => x !== undefined);
+  const late = samples.length - got.length;
+  return `${got.length ? `p50 ${ms(percentile(got, 50))}, p95 ${ms(percentile(got, 95))} ` : ""}(n=${got.length}${late ? `; ${late} not HubAccepted within 120 s` : ""})`;
+};
 
 export const serving = {
   name: "serving",
   async run() {
     const figures: Record<string, string | number> = {};
-    const env = await startEventingHub({ workloads: "knative", serving: { autoscaler: { "stable-window": "6s", "scale-to-zero-grace-period": "6s", ...AUTOSCALER } } });
+    const sims: Simulator[] = [];
+    const env = await startEventingHub({ autoApprove: true, workloads: "knative", serving: { autoscaler: { "stable-window": "6s", "scale-to-zero-grace-period": "6s", ...AUTOSCALER } } });
     try {
       figures["node Ready"] = ms(env.node.readyMs);
       figures["Eventing Available (beside Serving)"] = ms(env.eventing.readyMs);
@@ -129,18 +145,52 @@ export const serving = {
       figures["idle, quiet: hub functions' pods"] = mib([...idle.functions.values()].reduce((a, b) => a + b, 0));
       figures["idle, quiet: ApiServerSource adapter and lease relay"] = mib(idle.other);
 
-      const cold: number[] = [];
+      const cold: (number | undefined)[] = [];
       for (let i = 0; i < COLD; i++) {
         await until("cluster-acceptor at zero", 300_000, async () => !(await livePods(env)).some((p) => fnOf(p) === "cluster-acceptor"), 500);
         cold.push(await acceptLatency(env, `cold-${i}`));
       }
       figures["event-to-reconcile from zero (HubAccepted)"] = summary(cold);
-      const warm: number[] = [];
+      const warm: (number | undefined)[] = [];
+      let acceptorPods = 0;
       const awake = memory(env, await livePods(env));
       for (const [fn, ws] of awake.functions) figures[`awake: memory of ${fn}'s pod`] = mib(ws);
-      for (let i = 0; i < WARM; i++) warm.push(await acceptLatency(env, `warm-${i}`));
+      for (let i = 0; i < WARM; i++) {
+        warm.push(await acceptLatency(env, `warm-${i}`));
+        acceptorPods = Math.max(acceptorPods, (await livePods(env)).filter((p) => fnOf(p) === "cluster-acceptor").length);
+      }
       figures["event-to-reconcile warm (HubAccepted)"] = summary(warm);
+      figures["most cluster-acceptor pods during the warm samples"] = acceptorPods;
+
+      let joined = 0;
+      for (const n of SIZES) {
+        const names = Array.from({ length: n - joined }, (_, i) => `sim-${String(joined + i).padStart(4, "0")}`);
+        const t1 = performance.now();
+        const sim = new Simulator(
+          {
+            hubUrl: env.hub.url,
+            caPem: env.hub.caPem,
+            bootstrapKubeconfig: readFileSync(env.bootstrapKubeconfig, "utf8"),
+            observerKubeconfig: env.hub.adminKubeconfig,
+            names,
+            leaseDurationSeconds: 60,
+            renewSeconds: 60,
+          },
+          mkdtempSync(join(env.work, "sim-")),
+        );
+        sims.push(sim);
+        await sim.waitAll(Math.max(300_000, names.length * 3_000));
+        joined = n;
+        figures[`N = ${n}: ${names.length} more joined and Available`] = ms(performance.now() - t1);
+        await pause(IDLE_S * 1000);
+        for (const [fn, v] of Object.entries(await sampleIdle(env, IDLE_S))) figures[`N = ${n}, quiet: pods of ${fn}`] = v;
+        const m = memory(env, await livePods(env));
+        figures[`N = ${n}, quiet: Knative's pods`] = mib(m.knative);
+        figures[`N = ${n}, quiet: hub functions' pods`] = mib([...m.functions.values()].reduce((a, b) => a + b, 0));
+        figures[`N = ${n}, quiet: ApiServerSource adapter and lease relay`] = mib(m.other);
+      }
     } finally {
+      for (const sim of sims) await sim.stop();
       await env.stop();
     }
     return figures;

@@ -134,11 +134,12 @@ function startRecorder(host: string, deliveries: Delivery[]): Promise<{ server: 
 }
 
 // autoApprove: the cluster whose bootstrap CSR the hub approves and whose registration it accepts by
-// itself (OCM_CLUSTER_AUTO_APPROVAL_USERS names the bootstrap token's user for that cluster alone).
+// itself (OCM_CLUSTER_AUTO_APPROVAL_USERS names the bootstrap token's user for that cluster alone);
+// true: every cluster that joins with that token.
 // workloads: how the hub functions run (default deployments); serving: Serving's settings (the
 // autoscaler's windows above all) when they run as Knative Services; resyncSchedule: the PingSource's cron.
 export async function startEventingHub(
-  o: { autoApprove?: string; workloads?: Workloads; serving?: ServingSettings; resyncSchedule?: string; log?: (line: string) => void } = {},
+  o: { autoApprove?: string | true; workloads?: Workloads; serving?: ServingSettings; resyncSchedule?: string; log?: (line: string) => void } = {},
 ): Promise<EventingHub> {
   const log = o.log ?? (() => {});
   const workloads = o.workloads ?? "deployments";
@@ -206,7 +207,8 @@ export async function startEventingHub(
     let env: Record<string, string> = {};
     if (o.autoApprove) {
       const token = await createBootstrapToken(hubAdmin, { now: new Date() });
-      env = { OCM_CLUSTER_AUTO_APPROVAL_USERS: `system:bootstrap:${token.id}=${o.autoApprove}` };
+      // a user alone is an auto-approval user for every cluster name
+      env = { OCM_CLUSTER_AUTO_APPROVAL_USERS: o.autoApprove === true ? `system:bootstrap:${token.id}` : `system:bootstrap:${token.id}=${o.autoApprove}` };
       bootstrapKubeconfig = join(work, "auto-approved.kubeconfig");
       writeFileSync(bootstrapKubeconfig, bootstrapKubeconfigOf(hubEndpointOf(hubAdmin), token.token), { mode: 0o600 });
     }
