@@ -177,19 +177,20 @@ describe("a function's process on SIGTERM", () => {
   afterAll(() => rmSync(work, { recursive: true, force: true }));
 
   it("stops taking connections, answers the event in flight, then exits 0", async () => {
-    // serve-main as a bundle's entry calls it, around a handler that takes 3 s: long enough that the
+    // serve-main as a bundle's generated entry calls it, around a handler that takes 3 s: long enough that the
     // listener is seen closed while the event is still in flight, on a loaded machine too.
     const main = join(work, "main.ts");
     writeFileSync(
       main,
       [
-        `import { serveFunction } from ${JSON.stringify(join(root, "shared/serve-main.ts"))};`,
+        `import { functionMain } from ${JSON.stringify(join(root, "shared/serve-main.ts"))};`,
         "const handle = async () => {",
         '  process.stdout.write("handling\\n");',
         "  await new Promise((r) => setTimeout(r, 3000));",
         '  return { statusCode: 204, headers: { "x-recheck-after-ms": "42" } };',
         "};",
-        'await serveFunction("slow", async () => ({ handle }));',
+        // a module whose definition's handler is this one, run as the program (main: true)
+        'await functionMain("slow", async () => ({ default: { handler: () => handle } }), true);',
       ].join("\n"),
     );
     const port = await freePort();
