@@ -6,14 +6,12 @@
 // The manifests are Knative's own, read from that module's config/ in the Go module cache; the only
 // change is each `ko://` image reference turned into ours.
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, statSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { readKnativeManifests, yamlIn, type KnativeManifest } from "./knative.ts";
 import type { LocalCluster } from "./clusters.ts";
 import type { LocalNode } from "./node.ts";
-import { writeStaticImages } from "../build/static-image.ts";
-import { cacheDir } from "../build/images.ts";
+import { cachedStaticImages } from "../build/static-image.ts";
 import { applyAll } from "../../cli/apply.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { DeploymentResource } from "../../shared/api/kube.ts";
@@ -148,15 +146,7 @@ export async function startEventing(cluster: LocalCluster, node: LocalNode, o: {
   const moduleDir = eventingModuleDir();
   const version = eventingVersion(moduleDir);
   const images = EVENTING_COMMANDS.map((c) => ({ reference: eventingImage(c, version), binary: binaries[c], path: `/ko-app/${c.split("/").pop()}` }));
-  // Written once per set of binaries (compressing 560 MB of them takes ~17 s) into the images cache.
-  const stamp = createHash("sha256");
-  for (const i of images) stamp.update(`${i.reference} ${i.binary} ${statSync(i.binary).size} ${statSync(i.binary).mtimeMs}\n`);
-  const archive = join(cacheDir(), `knative-eventing-${version}-${stamp.digest("hex").slice(0, 12)}.tar`);
-  if (!existsSync(archive)) {
-    mkdirSync(dirname(archive), { recursive: true });
-    writeStaticImages(archive, images);
-  }
-  node.importImage(archive);
+  node.importImage(cachedStaticImages(`knative-eventing-${version}`, images));
   const deadline = Date.now() + (o.timeoutMs ?? 300_000);
   const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
   try {

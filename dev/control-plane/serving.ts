@@ -6,14 +6,12 @@
 // read from the module cache at the versions tools/serving pins, with each `ko://` image reference
 // turned into ours; Traefik's objects are ours (below). The node's stop removes it all with the pods.
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, statSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { readKnativeManifests, yamlIn, type KnativeManifest } from "./knative.ts";
 import type { LocalCluster } from "./clusters.ts";
 import type { LocalNode } from "./node.ts";
-import { writeStaticImages } from "../build/static-image.ts";
-import { cacheDir } from "../build/images.ts";
+import { cachedStaticImages } from "../build/static-image.ts";
 import { applyAll } from "../../cli/apply.ts";
 import type { Manifest } from "../../cli/render/objects.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
@@ -286,15 +284,7 @@ export async function startServing(cluster: LocalCluster, node: LocalNode, o: Se
     ...SERVING_COMMANDS.map((c) => ({ reference: servingImage(c, version), binary: binaries[c], path: `/ko-app/${c}` })),
     { reference: traefikImage(tVersion), binary: binaries.traefik, path: "/traefik" },
   ];
-  // Written once per set of binaries into the images cache, as Eventing's.
-  const stamp = createHash("sha256");
-  for (const i of images) stamp.update(`${i.reference} ${i.binary} ${statSync(i.binary).size} ${statSync(i.binary).mtimeMs}\n`);
-  const archive = join(cacheDir(), `knative-serving-${version}-${stamp.digest("hex").slice(0, 12)}.tar`);
-  if (!existsSync(archive)) {
-    mkdirSync(dirname(archive), { recursive: true });
-    writeStaticImages(archive, images);
-  }
-  node.importImage(archive);
+  node.importImage(cachedStaticImages(`knative-serving-${version}`, images));
   const deadline = Date.now() + (o.timeoutMs ?? 300_000);
   const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
   try {
