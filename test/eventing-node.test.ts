@@ -15,14 +15,13 @@ import { EVENTING_DEPLOYMENTS, EventingNamespace } from "../dev/control-plane/ev
 import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { joinSpoke } from "../cli/join.ts";
 import { acceptCluster } from "../cli/accept.ts";
-import { HeartbeatName } from "../cli/render/spoke.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
-import { ConfigMapResource, DeploymentResource, LeaseResource, PodResource } from "../shared/api/kube.ts";
-import { ManifestWorkResource } from "../shared/api/work.ts";
-import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { DeploymentResource, PodResource } from "../shared/api/kube.ts";
+import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { eventually } from "./support/eventually.ts";
+import { leaseRenewsAndHeartbeatCounts, manifestWorkApplied } from "./support/joined-spoke.ts";
 
 const CLUSTER = "cluster1";
 
@@ -32,7 +31,6 @@ type Pod = KubeObject & {
   status?: { phase?: string; conditions?: { type: string; status: string }[] };
 };
 type Deployment = KubeObject & { status?: { conditions?: { type: string; status: string }[] } };
-type Lease = KubeObject & { spec?: { renewTime?: string } };
 
 const ready = (p: Pod) => p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false;
 const statusOf = (mc: ManagedCluster | undefined, type: string) => findCondition(mc?.status?.conditions, type)?.status;
@@ -131,33 +129,11 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
   }, 360_000);
 
   it("its lease renews; the cluster turns Unknown when the heartbeat stops and Available again when it returns", async () => {
-    const renewTime = async () => (await env.hubAdmin.get<Lease>(LeaseResource, ManagedClusterLeaseName, CLUSTER))?.spec?.renewTime;
-    const first = await eventually(async () => {
-      const t = await renewTime();
-      expect(t).toBeDefined();
-      return t!;
-    });
-    await eventually(async () => expect(await renewTime()).not.toBe(first), { timeoutMs: 30_000, intervalMs: 500 });
-
-    await spokeRun!.halt(HeartbeatName);
-    await eventually(async () => expect(statusOf(await cluster(), ManagedClusterConditionType.Available)).toBe("Unknown"), { timeoutMs: 120_000, intervalMs: 500 });
-    spokeRun!.resume(HeartbeatName);
-    await eventually(async () => expect(statusOf(await cluster(), ManagedClusterConditionType.Available)).toBe("True"), { timeoutMs: 120_000, intervalMs: 500 });
+    await leaseRenewsAndHeartbeatCounts(env.hubAdmin, spokeRun!, CLUSTER);
   }, 300_000);
 
   it("a ManifestWork on the hub is applied on the spoke", async () => {
-    const manifest = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "hello-from-hub", namespace: "default" }, data: { from: "hub" } };
-    await env.hubAdmin.create(ManifestWorkResource, { metadata: { name: "hello", namespace: CLUSTER }, spec: { workload: { manifests: [manifest] } } });
-    await eventually(async () => expect((await env.spokeAdmin.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, "hello-from-hub", "default"))?.data).toEqual({ from: "hub" }), {
-      timeoutMs: 60_000,
-    });
-    await eventually(
-      async () => {
-        const work = await env.hubAdmin.get<KubeObject & { status?: { conditions?: { type: string; status: string }[] } }>(ManifestWorkResource, "hello", CLUSTER);
-        expect(work?.status?.conditions?.find((c) => c.type === "Applied")?.status).toBe("True");
-      },
-      { timeoutMs: 60_000 },
-    );
+    await manifestWorkApplied(env.hubAdmin, env.spokeAdmin, CLUSTER);
   }, 150_000);
 
   it("the resync tick comes from Knative's PingSource through the Broker", async () => {

@@ -15,17 +15,16 @@ import { SERVING_DEPLOYMENTS, ServingNamespace, TraefikNamespace } from "../dev/
 import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { joinSpoke } from "../cli/join.ts";
 import { acceptCluster } from "../cli/accept.ts";
-import { HeartbeatName } from "../cli/render/spoke.ts";
 import { renderHub } from "../cli/render/index.ts";
 import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
-import { ConfigMapResource, DeploymentResource, LeaseResource, PodResource } from "../shared/api/kube.ts";
+import { DeploymentResource, LeaseResource, PodResource } from "../shared/api/kube.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
-import { ManifestWorkResource } from "../shared/api/work.ts";
 import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { eventually } from "./support/eventually.ts";
+import { leaseRenewsAndHeartbeatCounts, manifestWorkApplied } from "./support/joined-spoke.ts";
 
 const CLUSTER = "cluster1";
 // The function whose events keep arriving on a quiet fleet: its relay hands it every renewal of a
@@ -184,33 +183,11 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
   }, 480_000);
 
   it("its lease renews; the cluster turns Unknown when the heartbeat stops and Available again when it returns", async () => {
-    const renewTime = async () => (await env.hubAdmin.get<Lease>(LeaseResource, ManagedClusterLeaseName, CLUSTER))?.spec?.renewTime;
-    const first = await eventually(async () => {
-      const t = await renewTime();
-      expect(t).toBeDefined();
-      return t!;
-    });
-    await eventually(async () => expect(await renewTime()).not.toBe(first), { timeoutMs: 30_000, intervalMs: 500 });
-
-    await spokeRun!.halt(HeartbeatName);
-    await eventually(async () => expect(statusOf(await cluster(), ManagedClusterConditionType.Available)).toBe("Unknown"), { timeoutMs: 120_000, intervalMs: 500 });
-    spokeRun!.resume(HeartbeatName);
-    await eventually(async () => expect(statusOf(await cluster(), ManagedClusterConditionType.Available)).toBe("True"), { timeoutMs: 120_000, intervalMs: 500 });
+    await leaseRenewsAndHeartbeatCounts(env.hubAdmin, spokeRun!, CLUSTER);
   }, 300_000);
 
   it("a ManifestWork on the hub is applied on the spoke", async () => {
-    const manifest = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "hello-from-hub", namespace: "default" }, data: { from: "hub" } };
-    await env.hubAdmin.create(ManifestWorkResource, { metadata: { name: "hello", namespace: CLUSTER }, spec: { workload: { manifests: [manifest] } } });
-    await eventually(async () => expect((await env.spokeAdmin.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, "hello-from-hub", "default"))?.data).toEqual({ from: "hub" }), {
-      timeoutMs: 60_000,
-    });
-    await eventually(
-      async () => {
-        const work = await env.hubAdmin.get<KubeObject & { status?: { conditions?: Condition[] } }>(ManifestWorkResource, "hello", CLUSTER);
-        expect(work?.status?.conditions?.find((c) => c.type === "Applied")?.status).toBe("True");
-      },
-      { timeoutMs: 60_000 },
-    );
+    await manifestWorkApplied(env.hubAdmin, env.spokeAdmin, CLUSTER);
   }, 150_000);
 
   it(`with the fleet quiet every hub function but ${LEASE_PATH} goes to zero pods, and a new ManagedCluster brings back exactly the functions its events are for, whose reconcile completes`, async () => {
