@@ -14,8 +14,7 @@ import type { LocalNode } from "./node.ts";
 import { cachedStaticImages } from "../build/static-image.ts";
 import { applyAll } from "../../cli/apply.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { DeploymentResource } from "../../shared/api/kube.ts";
-import type { ApiResource } from "../../shared/api/meta.ts";
+import { DeploymentResource, MutatingWebhookConfigurationResource } from "../../shared/api/kube.ts";
 
 const repoRoot = join(import.meta.dirname, "..", "..");
 const toolsDir = join(repoRoot, "tools", "knative");
@@ -48,14 +47,6 @@ export const EVENTING_DEPLOYMENTS = ["eventing-controller", "eventing-webhook", 
 // waits until they are Available. The two controllers' readiness probes first run 20 s after start,
 // long after they reconcile; whoever creates a Broker waits for it to be Ready, which needs them.
 export const EVENTING_SERVING = ["eventing-webhook", "mt-broker-filter", "mt-broker-ingress", "imc-controller", "imc-dispatcher"] as const;
-
-const MutatingWebhookResource = {
-  group: "admissionregistration.k8s.io",
-  version: "v1",
-  kind: "MutatingWebhookConfiguration",
-  plural: "mutatingwebhookconfigurations",
-  namespaced: false,
-} as const satisfies ApiResource;
 
 export type EventingBinaries = Record<EventingCommand, string>;
 
@@ -153,7 +144,7 @@ export async function startEventing(cluster: LocalCluster, node: LocalNode, o: {
     await applyAll(client, eventingManifests(moduleDir), { waitForCrds: true, deadline, print: log });
     for (;;) {
       const got = await Promise.all(EVENTING_SERVING.map((n) => client.get<Deployment>(DeploymentResource, n, EventingNamespace)));
-      const hooks = await client.get<WebhookConfiguration>(MutatingWebhookResource, "webhook.eventing.knative.dev");
+      const hooks = await client.get<WebhookConfiguration>(MutatingWebhookConfigurationResource, "webhook.eventing.knative.dev");
       const filled = hooks?.webhooks?.every((w) => (w.rules?.length ?? 0) > 0 && w.clientConfig?.caBundle) ?? false;
       const waiting = EVENTING_SERVING.filter((_, i) => !available(got[i]));
       if (!waiting.length && filled) break;

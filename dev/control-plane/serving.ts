@@ -15,7 +15,7 @@ import { cachedStaticImages } from "../build/static-image.ts";
 import { applyAll } from "../../cli/apply.ts";
 import type { Manifest } from "../../cli/render/objects.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { DeploymentResource } from "../../shared/api/kube.ts";
+import { DeploymentResource, MutatingWebhookConfigurationResource } from "../../shared/api/kube.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 
 const repoRoot = join(import.meta.dirname, "..", "..");
@@ -48,14 +48,6 @@ export const SERVING_DEPLOYMENTS = ["controller", "webhook", "activator", "autos
 const TRAEFIK_PUBLIC_PORT = 8081;
 const TRAEFIK_PRIVATE_PORT = 8082;
 const TRAEFIK_PING_PORT = 8083;
-
-const MutatingWebhookResource = {
-  group: "admissionregistration.k8s.io",
-  version: "v1",
-  kind: "MutatingWebhookConfiguration",
-  plural: "mutatingwebhookconfigurations",
-  namespaced: false,
-} as const satisfies ApiResource;
 
 export function findServingBinaries(): ServingBinaries {
   const out = execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["serving"], { stdio: ["ignore", "pipe", "inherit"] }).toString().trim().split("\n");
@@ -292,7 +284,7 @@ export async function startServing(cluster: LocalCluster, node: LocalNode, o: Se
     const deployments = [...SERVING_DEPLOYMENTS.map((n) => [n, ServingNamespace] as const), ["traefik", TraefikNamespace] as const];
     for (;;) {
       const got = await Promise.all(deployments.map(([n, ns]) => client.get<Deployment>(DeploymentResource, n, ns)));
-      const hooks = await client.get<WebhookConfiguration>(MutatingWebhookResource, "webhook.serving.knative.dev");
+      const hooks = await client.get<WebhookConfiguration>(MutatingWebhookConfigurationResource, "webhook.serving.knative.dev");
       const filled = hooks?.webhooks?.every((w) => (w.rules?.length ?? 0) > 0 && w.clientConfig?.caBundle) ?? false;
       const waiting = deployments.filter((_, i) => !available(got[i])).map(([n, ns]) => `${ns}/${n}`);
       if (!waiting.length && filled) break;
