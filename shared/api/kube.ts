@@ -43,10 +43,4 @@ export const CustomResourceDefinitionResource = {
 // Signer names and CSR usages Kubernetes defines.
 export const KubeAPIServerClientSignerName = "kubernetes.io/kube-apiserver-client";
 
-export const MutatingWebhookConfigurationResource = {
-  group: "admissionregistration.k8s.io",
-  version: "v1",
-  kind: "MutatingWebhookConfiguration",
-  plural: "mutatingwebhookconfigurations",
-  namespaced: false,
-} as const satisfies ApiResource;
+export const MutatingWebhookConfigurationResource = { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", namespaced: false } as const satisfies ApiResource;
