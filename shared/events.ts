@@ -2,6 +2,7 @@
 // carrying our `cluster` extension, and PingSource ticks for resyncs.
 import { z } from "zod";
 import { pathSegmentProblem, type KubeObject } from "./kube/client.ts";
+import type { Observed } from "./observed.ts";
 
 export const ApiServerSourceType = {
   ResourceAdd: "dev.knative.apiserver.resource.add",
@@ -12,6 +13,10 @@ export const ApiServerSourceType = {
   RefDelete: "dev.knative.apiserver.ref.delete",
 } as const;
 export const PingSourceType = "dev.knative.sources.ping";
+// Our extension for a source that hands observed state with the event (shared/observed.ts): with value
+// "v1" the data is { object, observed } for an object event (object: what ApiServerSource's data would
+// be) and { observed } for a tick.
+export const StateExtension = "ocmfstate";
 
 export type ObjectRef = { apiVersion: string; kind: string; namespace?: string; name: string };
 export type ObjectEvent = {
@@ -20,8 +25,9 @@ export type ObjectEvent = {
   cluster: string;
   ref: ObjectRef;
   object?: KubeObject; // Resource mode only; a hint, never the truth
+  observed?: Observed; // what the source handed with it
 };
-export type TickEvent = { type: "tick"; cluster?: string };
+export type TickEvent = { type: "tick"; cluster?: string; observed?: Observed };
 export type FunctionEvent = ObjectEvent | TickEvent;
 
 const name = z.string().min(1);
@@ -55,6 +61,12 @@ const objectAttributes = z.object({
 const resourceData = z.looseObject({ metadata: z.looseObject({ name: objectName, namespace, labels: z.record(z.string(), labelValue).optional() }) });
 const refData = z.looseObject({ kind: name, name: objectName, apiVersion: name, namespace });
 const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: clusterName.optional() });
+const handedObject = z
+  .object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), name: objectName, object: resourceData.optional() })
+  .refine((h) => !h.object || (h.object.metadata.name === h.name && (h.object.metadata.namespace || undefined) === (h.namespace || undefined)), { error: "a handed object names another object than its entry" });
+const handedList = z.object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), labelSelector: z.string().optional(), items: z.array(resourceData) });
+const observedSchema = z.object({ objects: z.array(handedObject).default([]), lists: z.array(handedList).default([]) });
+const stateData = z.object({ object: z.unknown().optional(), observed: observedSchema });
 
 // Custom resources' names are held to a DNS-1123 subdomain by the API server (lower-case alphanumerics,
 // "-" and ".", at most 253). An event naming one of OCM's kinds otherwise names an object that cannot
@@ -74,14 +86,23 @@ const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false,
 // Accepts any CloudEvent-shaped object (the runtime hands us cloudevents v8 instances; tests v10).
 export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult {
   if (!ce || typeof ce !== "object") return { ok: false, reason: "no CloudEvent in the request" };
+  let data = typeof ce.data === "string" ? safeJson(ce.data) : ce.data;
+  let observed: Observed | undefined;
+  if (ce[StateExtension] !== undefined) {
+    if (ce[StateExtension] !== "v1") return { ok: false, reason: `extension ${StateExtension} is ${JSON.stringify(ce[StateExtension])}, not "v1"` };
+    const s = stateData.safeParse(data);
+    if (!s.success) return failure("observed state", s.error);
+    observed = s.data.observed as Observed;
+    data = s.data.object;
+  }
   if (ce.type === PingSourceType) {
     const t = tickAttributes.safeParse(ce);
-    return t.success ? { ok: true, event: { type: "tick", cluster: t.data.cluster } } : failure("ping event", t.error);
+    return t.success ? { ok: true, event: { type: "tick", cluster: t.data.cluster, ...(observed ? { observed } : {}) } } : failure("ping event", t.error);
   }
   const a = objectAttributes.safeParse(ce);
   if (!a.success) return failure("event attributes", a.error);
   const [, mode, verb] = a.data.type.split(".").slice(-3) as [string, "resource" | "ref", ObjectEvent["verb"]];
-  const data = typeof ce.data === "string" ? safeJson(ce.data) : ce.data;
+  const extra = observed ? { observed } : {};
   const ref: ObjectRef = { apiVersion: a.data.apiversion, kind: a.data.kind, name: a.data.name, namespace: a.data.namespace || undefined };
   const nameProblem = kindNameProblem(ref.apiVersion, ref.name);
   if (nameProblem) return { ok: false, reason: `event attributes: ${nameProblem}` };
@@ -89,12 +110,12 @@ export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult
     const d = refData.safeParse(data);
     if (!d.success) return failure("reference data", d.error);
     if (d.data.name !== ref.name || d.data.kind !== ref.kind) return { ok: false, reason: "reference data names another object than the event's extensions" };
-    return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref } };
+    return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref, ...extra } };
   }
   const d = resourceData.safeParse(data);
   if (!d.success) return failure("resource data", d.error);
   if (d.data.metadata.name !== ref.name) return { ok: false, reason: "resource data names another object than the event's extensions" };
-  return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref, object: d.data as KubeObject } };
+  return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref, object: d.data as KubeObject, ...extra } };
 }
 
 function safeJson(text: string): unknown {

@@ -21,6 +21,7 @@ import { parseEvent, type FunctionEvent, type TickEvent } from "./events.ts";
 import { classifyError, decisionOf, missingPermission, type Decision, type MissingPermission } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
 import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
+import { noteHanded, observedClients, type Observed, type Seen } from "./observed.ts";
 import { sleep } from "./timers.ts";
 
 export type Key = { cluster: string; namespace?: string; name: string };
@@ -123,8 +124,8 @@ function membersOf(err: unknown): unknown[] {
 type Result = { outcome: Outcome } | { failures: Failure[] };
 
 // One reconcile as the runtime runs it (tests drive it too): the outcome, or the failure as thrown.
-export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Outcome> {
-  const result = await attemptKey(spec, io, key);
+export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key, observed?: Observed): Promise<Outcome> {
+  const result = await attemptKey(spec, observed ? judgingFrom(spec, io, observed, seenOf(io)) : io, key, io);
   if ("outcome" in result) return result.outcome;
   const errors = result.failures.map((f) => f.error);
   throw errors.length === 1 ? errors[0] : new AggregateError(errors, result.failures.map((f) => f.message).join("; "));
@@ -132,17 +133,18 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
 
 // Runs one reconcile. Only two failures are tried again here, at once: a write conflict (the next read
 // sees the new version), and the authorizer's refusal, after a short wait for a grant on its way;
-// anything else is decided at its first throw.
-async function attemptKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promise<Result> {
+// anything else is decided at its first throw. A run judged from handed state (shared/observed.ts) is
+// tried again with `live` clients: after a conflict, only the API's answer counts.
+async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live: Io<C> = first): Promise<Result> {
   let conflicts = 0;
   let refusals = 0;
-  for (;;) {
+  for (let io = first; ; io = live) {
     try {
       return { outcome: await spec.reconcile(io, key) };
     } catch (err) {
       const failures = membersOf(err).map(judged);
       if (failures.every((f) => f.class === "conflict") && ++conflicts < CONFLICT_RETRIES) {
-        io.log.info({ attempt: conflicts }, "conflict: re-reading and trying again");
+        io.log.info({ attempt: conflicts, error: failures[0]?.message }, "conflict: re-reading and trying again");
         continue;
       }
       if (failures.every((f) => f.decision === "permission" || f.class === "conflict") && refusals < FORBIDDEN_RETRY_DELAYS_MS.length) {
@@ -160,7 +162,9 @@ async function attemptKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key): Promis
 // the events that arrive while it runs fold into a single run after it (which reads what they changed).
 // Concurrent runs of one key would read the same state and write over each other: conflicts at best,
 // a rollout's wave assigned twice at worst. Replicas of a function are kept apart by resourceVersions.
-type Turn = { last: Promise<Result>; waiting?: Promise<Result> };
+// A waiting run judges with the newest delivery's io (its handed state; an older one's objects lose to
+// what noteHanded recorded from the newer).
+type Turn = { last: Promise<Result>; waiting?: Promise<Result>; waitingIo?: Io<unknown> };
 const turnsByIo = new WeakMap<object, Map<string, Turn>>();
 
 // `io` names the process's queue; the run logs through `keyIo` (the delivery that began it).
@@ -169,16 +173,20 @@ function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, keyIo: Io<C>, key:
   if (!turns) turnsByIo.set(io, (turns = new Map()));
   const id = JSON.stringify([spec.name, key.cluster, key.namespace ?? "", key.name]);
   const turn = turns.get(id);
-  if (turn?.waiting) return turn.waiting; // not begun yet: it will read this event's state too
+  if (turn?.waiting) {
+    turn.waitingIo = keyIo as Io<unknown>; // not begun yet: it will judge this event's state too
+    return turn.waiting;
+  }
   const controller = [spec.name];
   queueDepth.add(controller, 1);
   const begin = async () => {
-    if (entry.waiting === run) entry.waiting = undefined;
+    const judging = (entry.waitingIo ?? keyIo) as Io<C>;
+    if (entry.waiting === run) [entry.waiting, entry.waitingIo] = [undefined, undefined];
     queueDepth.add(controller, -1);
     activeWorkers.add(controller, 1);
     const started = performance.now();
     try {
-      const result = await attemptKey(spec, keyIo, key);
+      const result = await attemptKey(spec, judging, key, { ...judging, cluster: io.cluster });
       if ("failures" in result) {
         reconcileTotal.inc([spec.name, "error"]);
         reconcileErrors.inc(controller);
@@ -199,6 +207,19 @@ function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, keyIo: Io<C>, key:
   };
   run.then(forget, forget);
   return run;
+}
+
+// The newest resourceVersion seen per object, per process (the io names it, as for the key queues).
+const seenByIo = new WeakMap<object, Seen>();
+function seenOf(io: object): Seen {
+  let seen = seenByIo.get(io);
+  if (!seen) seenByIo.set(io, (seen = new Map()));
+  return seen;
+}
+
+// An io whose clients answer from the handed state first (shared/observed.ts).
+function judgingFrom<C>(spec: FunctionSpec<C>, io: Io<C>, observed: Observed, seen: Seen): Io<C> {
+  return { ...io, cluster: observedClients(spec.name, io.cluster, observed, seen).cluster };
 }
 
 // Which HTTP status a decision becomes. Never the Kubernetes code itself: a leaked 404 or 409 would
@@ -269,7 +290,12 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
 // through copies whose logger carries the CloudEvent id, the function and the key.
 async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: FunctionEvent, ce: string): Promise<Reply> {
   const bound = { ce, fn: spec.name };
-  const deliveryIo: Io<C> = { ...io, log: withFields(io.log, bound) };
+  const { observed } = event;
+  const seen = seenOf(io);
+  if (observed) noteHanded(seen, observed);
+  // Every stage judges from what the event hands, each with its own record of what it used.
+  const judge = (x: Io<C>): Io<C> => (observed ? judgingFrom(spec, x, observed, seen) : x);
+  const deliveryIo: Io<C> = judge({ ...io, log: withFields(io.log, bound) });
   let keys: Key[] | Skip;
   try {
     keys = await spec.keys(event, deliveryIo);
@@ -290,7 +316,7 @@ async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: Function
   let recheckInMs: number | undefined;
   const failed: Failure[] = [];
   for (const key of keys) {
-    const keyIo: Io<C> = { ...io, log: withFields(io.log, { ...bound, key }) };
+    const keyIo: Io<C> = judge({ ...io, log: withFields(io.log, { ...bound, key }) });
     const result = await reconcileInTurn(spec, io, keyIo, key);
     if ("failures" in result) {
       for (const c of new Set(result.failures.map((f) => f.class))) failures.inc([spec.name, "reconcile", c]);

@@ -23,3 +23,21 @@ export function matches(s: LabelSelector, labels: Readonly<Record<string, string
     return false;
   });
 }
+
+// A watch's label selector string as a LabelSelector object (what an ApiServerSource's resource takes,
+// and what matches() tests). Only the forms our watches use: `key`, `!key`, `key=value` and
+// `key!=value`, comma-separated.
+export function labelSelectorObject(selector: string): LabelSelector {
+  const matchLabels: Record<string, string> = {};
+  const matchExpressions: NonNullable<LabelSelector["matchExpressions"]> = [];
+  for (const term of selector.split(",").map((t) => t.trim()).filter(Boolean)) {
+    const m = /^(!)?([A-Za-z0-9./_-]+)(?:\s*(!=|==|=)\s*([A-Za-z0-9._-]*))?$/.exec(term);
+    if (!m) throw new Error(`label selector ${JSON.stringify(selector)}: ${JSON.stringify(term)} is not key, !key, key=value or key!=value`);
+    const [, not, key, op, value] = m as unknown as [string, string | undefined, string, string | undefined, string | undefined];
+    if (not && op) throw new Error(`label selector ${JSON.stringify(selector)}: ${JSON.stringify(term)} mixes ! with an operator`);
+    if (!op) matchExpressions.push({ key, operator: not ? "DoesNotExist" : "Exists" });
+    else if (op === "!=") matchExpressions.push({ key, operator: "NotIn", values: [value ?? ""] });
+    else matchLabels[key] = value ?? "";
+  }
+  return { ...(Object.keys(matchLabels).length ? { matchLabels } : {}), ...(matchExpressions.length ? { matchExpressions } : {}) };
+}

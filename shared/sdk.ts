@@ -49,7 +49,18 @@ export type Watch<C = unknown> = {
   // How this kind's events map to keys (a copy wakes its source, a lease its cluster); the definition's
   // `map` when not given. Return { skip } with a reason for an event that wakes nothing.
   keys?: (event: ObjectEvent, io: Io<C>) => KeysOrSkip | Promise<KeysOrSkip>;
+  // What else the function needs to judge the keys this kind's events wake: the source hands these
+  // objects from its watch cache with every such event (shared/observed.ts), and the event's own object
+  // always. Each must be a kind this function watches on the same cluster.
+  related?: readonly Related[];
+  // The source hands every object of this watch with each resync tick, so a sweep lists nothing.
+  onTick?: boolean;
 };
+
+// Related objects, named from the event's object: in each field "{name}", "{namespace}" and
+// "{label:KEY}" stand for its name, namespace and the value of its label KEY. With `name`, that one
+// object; without, every object in `namespace` (or all) that `labelSelector` selects.
+export type Related = { resource: ApiResource; name?: string; namespace?: string; labelSelector?: string };
 
 // A permission the function needs beyond what its watches read (get, list and watch on every watched
 // kind, which come with the watch): every write, and any read no watch covers. `why` is the comment
@@ -169,6 +180,39 @@ export function subscriptionsOf<C>(watches: readonly Watch<C>[], ticks: boolean)
   }
   if (ticks) subscriptions.push({ source: "default", filters: { type: PingSourceType } });
   return subscriptions;
+}
+
+// What a relay sink hands the function with each event (components/relay/config.ts StateSchema): per
+// watch its scope, its related objects and whether ticks carry its whole scope. Watches with a field
+// selector hand nothing (a cache cannot tell which objects such a selector leaves out).
+export type StateWatch = {
+  cluster: string;
+  group: string;
+  kind: string;
+  namespace?: string;
+  labelSelector?: string;
+  related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string }[];
+  onTick: boolean;
+};
+export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[] } {
+  const watched = (cluster: string, r: ApiResource) => watches.some((w) => w.cluster === cluster && w.resource.group === r.group && w.resource.kind === r.kind);
+  return {
+    watches: watches
+      .filter((w) => !w.fieldSelector)
+      .map((w) => ({
+        cluster: w.cluster,
+        group: w.resource.group,
+        kind: w.resource.kind,
+        ...(w.namespace !== undefined ? { namespace: w.namespace } : {}),
+        ...(w.labelSelector ? { labelSelector: w.labelSelector } : {}),
+        related: (w.related ?? []).map((r) => {
+          if (!watched(w.cluster, r.resource)) throw new Error(`a ${w.resource.kind} watch relates ${r.resource.kind}, which the function does not watch on ${w.cluster}`);
+          const { resource, ...names } = r;
+          return { group: resource.group, kind: resource.kind, ...names };
+        }),
+        onTick: w.onTick ?? false,
+      })),
+  };
 }
 
 // The RBAC a function's watches need: get, list and watch on every watched resource, per cluster

@@ -90,7 +90,7 @@ describe("a render", () => {
   });
 
   // The lease monitor asks to look again when a lease would expire; a Broker drops that answer.
-  it("feeds cluster-lease-monitor from a relay of its own that delivers straight to it, and gives it no Trigger", () => {
+  it("feeds cluster-lease-monitor from a relay of its own that delivers straight to it, handing each lease with its cluster, and gives it no Trigger", () => {
     const hub = renderHub();
     expect(of<Trigger>(hub, "Trigger").filter((t) => t.spec.subscriber.ref.name === "cluster-lease-monitor")).toEqual([]);
     const source = hub.find((o) => o.kind === "ContainerSource" && o.metadata.name === hubRelayName("cluster-lease-monitor"))!;
@@ -98,7 +98,10 @@ describe("a render", () => {
     const container = (source.spec as { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } }).template.spec.containers[0]!;
     const config = configFromEnvironment(container.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, { K_SINK: "http://cluster-lease-monitor.example" });
     expect(config.sources.map((s) => [s.resource.kind, s.labelSelector ?? ""])).toEqual([["ManagedCluster", ""], ["Lease", "open-cluster-management.io/cluster-name"]]);
-    expect(config.sinks).toEqual([{ name: "k-sink", url: "http://cluster-lease-monitor.example" }]);
+    expect(config.sinks.map(({ name, url }) => ({ name, url }))).toEqual([{ name: "k-sink", url: "http://cluster-lease-monitor.example" }]);
+    // the state its watches ask for, handed with each event (shared/observed.ts)
+    const related = config.sinks[0]!.state!.watches.map((w) => [w.kind, w.related.map((r) => `${r.kind} ${r.namespace ?? ""}/${r.name ?? ""}`), w.onTick]);
+    expect(related).toEqual([["ManagedCluster", ["Lease {name}/managed-cluster-lease"], true], ["Lease", ["ManagedCluster /{namespace}"], true]]);
     // the ApiServerSource no longer watches leases for anyone
     const apiServerSource = hub.find((o) => o.kind === "ApiServerSource")!;
     expect((apiServerSource.spec as { resources: { kind: string }[] }).resources.map((r) => r.kind)).not.toContain("Lease");

@@ -8,6 +8,7 @@ import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.
 import { watchesOf } from "./definitions.ts";
 import { deployedRoles } from "./rbac.ts";
 import { labelSelectorObject, mergeWatches } from "./sources.ts";
+import { stateOf } from "../../shared/sdk.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
   broker,
@@ -102,6 +103,8 @@ export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?
     clusters: { [cluster]: { inCluster: true } },
     sources: mergeWatches(watches).map((source) => ({ ...source, cluster })),
     resync: { intervalMs: fn.ticks ? (o.resyncSeconds ?? 60) * 1000 : 0 },
+    // the state the function's watches ask to be handed with each event (shared/observed.ts)
+    kSinkState: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
   };
 }
 

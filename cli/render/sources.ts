@@ -38,20 +38,5 @@ export function mergeWatches(watches: readonly Watch<unknown>[]): Source[] {
   });
 }
 
-// A label selector as an ApiServerSource's resource takes it (a LabelSelector object). Only the forms
-// our watches use: `key`, `!key`, `key=value` and `key!=value`, comma-separated.
-export type LabelSelector = { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
-export function labelSelectorObject(selector: string): LabelSelector {
-  const matchLabels: Record<string, string> = {};
-  const matchExpressions: NonNullable<LabelSelector["matchExpressions"]> = [];
-  for (const term of selector.split(",").map((t) => t.trim()).filter(Boolean)) {
-    const m = /^(!)?([A-Za-z0-9./_-]+)(?:\s*(!=|==|=)\s*([A-Za-z0-9._-]*))?$/.exec(term);
-    if (!m) throw new Error(`label selector ${JSON.stringify(selector)}: ${JSON.stringify(term)} is not key, !key, key=value or key!=value`);
-    const [, not, key, op, value] = m as unknown as [string, string | undefined, string, string | undefined, string | undefined];
-    if (not && op) throw new Error(`label selector ${JSON.stringify(selector)}: ${JSON.stringify(term)} mixes ! with an operator`);
-    if (!op) matchExpressions.push({ key, operator: not ? "DoesNotExist" : "Exists" });
-    else if (op === "!=") matchExpressions.push({ key, operator: "NotIn", values: [value ?? ""] });
-    else matchLabels[key] = value ?? "";
-  }
-  return { ...(Object.keys(matchLabels).length ? { matchLabels } : {}), ...(matchExpressions.length ? { matchExpressions } : {}) };
-}
+// A watch's label selector as an ApiServerSource's resource takes it (shared/label-match.ts).
+export { labelSelectorObject } from "../../shared/label-match.ts";

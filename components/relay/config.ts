@@ -53,12 +53,30 @@ export type SourceConfig = z.infer<typeof SourceSchema>;
 // `filters` stands for several Triggers of one subscriber (a function's func.yaml subscriptions): an
 // event matching any of them is delivered, once.
 const TriggerFilterSchema = z.record(extensionName, z.string());
+// Observed state to hand a function with each event (components/relay/state.ts, shared/observed.ts):
+// shared/sdk.ts stateOf derives it from the function's watches.
+const RelatedSchema = z.object({ group: z.string(), kind: name, name: z.string().optional(), namespace: z.string().optional(), labelSelector: z.string().optional() });
+export const StateSchema = z.object({
+  watches: z.array(
+    z.object({
+      cluster: name,
+      group: z.string(),
+      kind: name,
+      namespace: z.string().optional(),
+      labelSelector: z.string().optional(),
+      related: z.array(RelatedSchema).default([]),
+      onTick: z.boolean().default(false),
+    }),
+  ),
+});
+export type StateConfig = z.infer<typeof StateSchema>;
 export const SinkSchema = z
   .object({
     name,
     url: z.url(),
     filter: TriggerFilterSchema.optional(),
     filters: z.array(TriggerFilterSchema).min(1).optional(),
+    state: StateSchema.optional(),
   })
   .refine((s) => !(s.filter && s.filters), { error: "a sink has filter or filters, not both" });
 export type SinkConfig = z.infer<typeof SinkSchema>;
@@ -120,6 +138,8 @@ export const RelayConfigSchema = z
     record: name.optional().describe("append one JSON line per delivered event to this file"),
     agentSettings: AgentSettingsRefSchema.optional(),
     metrics: MetricsSchema.optional(),
+    // the observed state the K_SINK sink hands (a ContainerSource's one function), as a sink's `state`
+    kSinkState: StateSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
     if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {
@@ -175,7 +195,7 @@ export function agentSettingsCheckpoint(spokeCluster: string, agentNamespace: st
 // SinkBinding injects: K_SINK becomes a sink without a filter, K_CE_OVERRIDES adds its extensions.
 export function configFromEnvironment(text: string | undefined, env: NodeJS.ProcessEnv): RelayConfig {
   const doc = (text ? parse(text) : {}) as Record<string, unknown> & { sinks?: unknown[]; ceOverrides?: { extensions?: Record<string, string> } };
-  const sinks = [...(doc.sinks ?? []), ...(env.K_SINK ? [{ name: "k-sink", url: env.K_SINK }] : [])];
+  const sinks = [...(doc.sinks ?? []), ...(env.K_SINK ? [{ name: "k-sink", url: env.K_SINK, ...(doc.kSinkState ? { state: doc.kSinkState } : {}) }] : [])];
   let fromEnv: { extensions?: Record<string, string> } = {};
   try {
     if (env.K_CE_OVERRIDES) fromEnv = JSON.parse(env.K_CE_OVERRIDES);

@@ -9,11 +9,14 @@ import { serveMetrics, type MetricsEndpoint } from "../../shared/metrics-endpoin
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { RelayConfigSchema, sourceName, type RelayConfigInput } from "./config.ts";
 import { credentialProviders, type CredentialStatus } from "./credentials.ts";
+import type { CloudEvent } from "cloudevents";
 import { objectEvent, tickEvent, type Verb } from "./cloudevents.ts";
 import { openRecorder } from "./recorder.ts";
 import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
 import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
+import { observedFor, withObserved, type Cache } from "./state.ts";
+import type { StateConfig } from "./config.ts";
 
 export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log; every?: Every };
 
@@ -42,10 +45,27 @@ export function startRelay(options: RelayOptions): Relay {
   const overrides = config.ceOverrides.extensions;
   const recorder = config.record ? openRecorder(config.record, (err) => log.error({ file: config.record, error: err.message }, "recording stopped: cannot write")) : undefined;
   const providers = credentialProviders(config.clusters, { watch: config.watch, clock, log });
-  const sinks = config.sinks.map((s) => startSink({ config: s, delivery: config.delivery, clock, log, record: recorder?.write }));
+  const sinks = config.sinks.map((s) => ({ sink: startSink({ config: s, delivery: config.delivery, clock, log, record: recorder?.write }), state: s.state }));
 
+  // A sink that asks for observed state gets each event with what the caches hold now (state.ts); a
+  // recheck's refresh hands what they hold then.
+  const caches = new Map<string, Cache>();
+  const withState = (state: StateConfig, envelope: Envelope): Envelope => {
+    const hand = (event: CloudEvent<unknown>) => {
+      const observed = observedFor(state, (cluster, group, kind) => caches.get(`${cluster}|${group}|${kind}`), event);
+      return observed ? withObserved(event, observed) : event;
+    };
+    return {
+      key: envelope.key,
+      event: hand(envelope.event),
+      refresh() {
+        const next = envelope.refresh();
+        return next && hand(next);
+      },
+    };
+  };
   function route(envelope: Envelope): void {
-    for (const sink of sinks) if (sink.mismatch(envelope.event) === undefined) sink.enqueue(envelope);
+    for (const { sink, state } of sinks) if (sink.mismatch(envelope.event) === undefined) sink.enqueue(state ? withState(state, envelope) : envelope);
   }
 
   const sources = config.sources.map((s) => {
@@ -78,6 +98,7 @@ export function startRelay(options: RelayOptions): Relay {
         });
       },
     });
+    caches.set(`${s.cluster}|${s.resource.group}|${s.resource.kind}`, { ...s, get: source.get, objects: source.objects });
     return source;
   });
 
@@ -119,14 +140,14 @@ export function startRelay(options: RelayOptions): Relay {
     status: () => ({
       clusters: Object.fromEntries([...providers].map(([name, p]) => [name, p.status()])),
       sources: sources.map((s) => s.status()),
-      sinks: sinks.map((s) => s.status()),
+      sinks: sinks.map((s) => s.sink.status()),
       resync: resync.status(),
     }),
     stop() {
       stopped ??= (async () => {
         // Ticks and sources first, so nothing new is routed to sinks that are stopping.
         await Promise.all([resync.stop(), ...sources.map((s) => s.stop())]);
-        await Promise.all(sinks.map((s) => s.stop()));
+        await Promise.all(sinks.map((s) => s.sink.stop()));
         await Promise.all([...providers.values()].map((p) => p.stop()));
         await endpoint?.then((e) => e.close(), () => {});
         await recorder?.close().catch((err: Error) => log.error({ file: config.record, error: err.message }, "recording did not close cleanly"));

@@ -21,7 +21,7 @@ import { definitionOf } from "../../cli/render/definitions.ts";
 import { functionEnv } from "../../cli/render/objects.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { mergeWatches } from "../../cli/render/sources.ts";
-import type { Watch } from "../../shared/sdk.ts";
+import { stateOf, type Watch } from "../../shared/sdk.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
@@ -85,7 +85,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const subscriptions = new Map(readFunctions().map((f) => [f.name, f.deploy.subscriptions.map((s) => s.filters)]));
   // Returns the relay sink for it: named "<cluster>/<function>", filtered by its func.yaml subscriptions
   // as Knative's Triggers filter what a Broker delivers.
-  async function serveFunction<C>(cluster: string, spec: FunctionSpec<C>, kubeconfigs: Record<string, string>, config: C) {
+  // The sink hands the function the observed state its watches ask for (shared/observed.ts).
+  async function serveFunction<C>(cluster: string, spec: FunctionSpec<C>, kubeconfigs: Record<string, string>, config: C, watches: readonly Watch<C>[]) {
     const io: Io<C> = { clock, config, log: log(spec.name), cluster: clientsFromKubeconfigs(kubeconfigs) };
     const server = await startFunction(spec, io, stop);
     servers.push(server);
@@ -93,7 +94,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     functions.set(name, server.url);
     const filters = subscriptions.get(spec.name);
     if (!filters) throw new Error(`no functions/${spec.name}/func.yaml`);
-    return { name, url: server.url, filters };
+    return { name, url: server.url, filters, state: stateOf(watches) };
   }
   // Every function of a side, with its settings as a deployment reads them: func.yaml's env, with
   // what this fleet sets in place of its placeholders and defaults.
@@ -107,7 +108,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         const config = fn.configFromEnv({ ...env, ...values });
         return {
           name: f.name,
-          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config),
+          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config, fn.definition.watches(config)),
           watches: fn.definition.watches(config) as readonly Watch<unknown>[],
         };
       });

@@ -39,9 +39,11 @@ export type { Lease };
 export default defineFunction({
   name: "cluster-lease-monitor",
   config: ConfigSchema,
+  // Each event comes with the other half of the judgement (the cluster with its lease, the lease with
+  // its cluster) and each tick with both lists, from the source's cache: a renewal costs no read.
   watches: (c) => [
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true },
-    { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true, related: [{ resource: LeaseResource, namespace: "{name}", name: ManagedClusterLeaseName }], onTick: true },
+    { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease, related: [{ resource: ManagedClusterResource, name: "{namespace}" }], onTick: true },
   ],
   resyncSeconds: 60,
   resync,

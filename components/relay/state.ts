@@ -1,0 +1,139 @@
+// Observed state from the relay's watch caches, handed to a sink's function with each event
+// (shared/observed.ts): the event's own object as the cache holds it now, the related objects the
+// function's watch names, and on a resync tick the whole scope of each watch that asks for it. Only
+// what a cache can vouch for is handed: an object it holds, or an absence where the cache's scope
+// would hold the object; anything else is left out and the function reads it from the API.
+import type { CloudEvent } from "cloudevents";
+import type { ApiResource } from "../../shared/api/meta.ts";
+import { PingSourceType, StateExtension } from "../../shared/events.ts";
+import type { KubeObject } from "../../shared/kube/client.ts";
+import { labelSelectorObject, matches } from "../../shared/label-match.ts";
+import type { HandedList, HandedObject, Observed } from "../../shared/observed.ts";
+import { apiVersionOf, withTypeMeta } from "./cloudevents.ts";
+import type { StateConfig } from "./config.ts";
+
+// One kind's watch cache and the scope it watches.
+export type Cache = {
+  resource: ApiResource;
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  get(key: string): KubeObject | undefined; // key: "<namespace>/<name>"
+  objects(): KubeObject[];
+};
+export type Caches = (cluster: string, group: string, kind: string) => Cache | undefined;
+
+type StateWatch = StateConfig["watches"][number];
+
+const labelsOf = (o: KubeObject) => (o.metadata.labels ?? {}) as Record<string, string>;
+const groupOf = (apiVersion: string) => (apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "");
+const selects = (selector: string | undefined, o: KubeObject) => !selector || matches(parsed(selector), labelsOf(o));
+// The few selectors of a relay's functions, parsed once each.
+const parsedSelectors = new Map<string, ReturnType<typeof labelSelectorObject>>();
+function parsed(selector: string): ReturnType<typeof labelSelectorObject> {
+  let p = parsedSelectors.get(selector);
+  if (!p) parsedSelectors.set(selector, (p = labelSelectorObject(selector)));
+  return p;
+}
+const inScope = (scope: { namespace?: string; labelSelector?: string }, o: KubeObject) =>
+  (scope.namespace === undefined || scope.namespace === (o.metadata.namespace ?? "")) && selects(scope.labelSelector, o);
+
+// "{name}", "{namespace}", "{label:KEY}" of `o`; undefined when a label it names is missing.
+export function expand(template: string | undefined, o: KubeObject): string | undefined {
+  if (template === undefined) return undefined;
+  let missing = false;
+  const out = template.replace(/\{(name|namespace|label:([^}]+))\}/g, (_m, what: string, label?: string) => {
+    if (what === "name") return o.metadata.name ?? "";
+    if (what === "namespace") return o.metadata.namespace ?? "";
+    const v = labelsOf(o)[label!];
+    if (v === undefined) missing = true;
+    return v ?? "";
+  });
+  return missing ? undefined : out;
+}
+
+const handed = (cluster: string, c: Cache, namespace: string | undefined, name: string, object?: KubeObject): HandedObject => ({
+  cluster,
+  apiVersion: apiVersionOf(c.resource),
+  kind: c.resource.kind,
+  ...(namespace ? { namespace } : {}),
+  name,
+  ...(object ? { object: withTypeMeta(c.resource, object) } : {}),
+});
+
+// The objects in a cache that `scope` selects, if the cache holds all of them.
+function listOf(cluster: string, c: Cache, scope: { namespace?: string; labelSelector?: string }): HandedList | undefined {
+  const complete = !c.fieldSelector && (!c.labelSelector || c.labelSelector === scope.labelSelector) && (c.namespace === undefined || c.namespace === scope.namespace);
+  if (!complete) return undefined;
+  return {
+    cluster,
+    apiVersion: apiVersionOf(c.resource),
+    kind: c.resource.kind,
+    ...(scope.namespace !== undefined ? { namespace: scope.namespace } : {}),
+    ...(scope.labelSelector ? { labelSelector: scope.labelSelector } : {}),
+    items: c.objects().filter((o) => inScope(scope, o)).map((o) => withTypeMeta(c.resource, o)),
+  };
+}
+
+// One object by name: held, known absent, or (undefined) not something the cache can vouch for.
+function one(cluster: string, c: Cache, namespace: string | undefined, name: string): HandedObject | undefined {
+  const ns = c.resource.namespaced ? namespace : undefined;
+  const object = c.get(`${ns ?? ""}/${name}`);
+  if (object) return handed(cluster, c, ns, name, object);
+  const wouldHold = !c.fieldSelector && !c.labelSelector && (c.namespace === undefined || c.namespace === (ns ?? ""));
+  return wouldHold ? handed(cluster, c, ns, name) : undefined;
+}
+
+export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent<unknown>): Observed | undefined {
+  const attrs = event as unknown as Record<string, unknown>;
+  const cluster = String(attrs.cluster ?? "");
+  if (event.type === PingSourceType) {
+    const lists = state.watches
+      .filter((w) => w.onTick && w.cluster === cluster)
+      .flatMap((w) => {
+        const c = caches(w.cluster, w.group, w.kind);
+        const l = c && listOf(cluster, c, w);
+        return l ? [l] : [];
+      });
+    return lists.length ? { objects: [], lists } : undefined;
+  }
+  const group = groupOf(String(attrs.apiversion ?? ""));
+  const kind = String(attrs.kind ?? "");
+  const own = caches(cluster, group, kind);
+  if (!own) return undefined;
+  const namespace = String(attrs.namespace ?? "") || undefined;
+  const name = String(attrs.name ?? "");
+  const current = own.get(`${namespace ?? ""}/${name}`);
+  // Labels decide the scope: the cache's copy, or the last state a delete carries in its data.
+  const data = event.data as KubeObject | undefined;
+  const subject = current ?? (data?.metadata ? data : { metadata: { name, namespace } });
+  const watch = state.watches.find((w: StateWatch) => w.cluster === cluster && w.group === group && w.kind === kind && inScope(w, subject));
+  if (!watch) return undefined;
+  const objects: HandedObject[] = [];
+  const lists: HandedList[] = [];
+  const self = one(cluster, own, namespace, name);
+  if (self) objects.push(self);
+  for (const r of watch.related) {
+    const c = caches(cluster, r.group, r.kind);
+    if (!c) continue;
+    const ns = expand(r.namespace, subject);
+    if (r.namespace !== undefined && ns === undefined) continue;
+    if (r.name !== undefined) {
+      const n = expand(r.name, subject);
+      const h = n ? one(cluster, c, ns, n) : undefined;
+      if (h) objects.push(h);
+      continue;
+    }
+    const selector = expand(r.labelSelector, subject);
+    if (r.labelSelector !== undefined && selector === undefined) continue;
+    const l = listOf(cluster, c, { ...(ns !== undefined ? { namespace: ns } : {}), ...(selector ? { labelSelector: selector } : {}) });
+    if (l) lists.push(l);
+  }
+  return { objects, lists };
+}
+
+// The event with its observed state: our extension set and the data wrapped as shared/events.ts reads it.
+export function withObserved(event: CloudEvent<unknown>, observed: Observed): CloudEvent<unknown> {
+  const data = event.type === PingSourceType ? { observed } : { object: event.data, observed };
+  return event.cloneWith({ [StateExtension]: "v1", data, datacontenttype: "application/json" });
+}

@@ -1,0 +1,189 @@
+// Observed state handed over with an event (docs/writing-functions.md, "What the event hands you"): the
+// objects a function needs to judge a key, as the watch cache of the source that sent the event held
+// them, each at the resourceVersion it was seen at. A reconcile reads through a client that answers
+// from that state and goes to the API server only on a miss, so judging a quiet object costs no read.
+//
+// Three rules keep a stale view from ever causing a wrong write:
+// - never older than judged: a handed object older than one this process has already seen (from an
+//   earlier event, a read or a write's answer) is not used; the API is read instead;
+// - a reconcile that writes confirms first: before a write, every handed object and list it used
+//   since its last write is read again, and a difference throws a conflict (409) that the runtime retries with live
+//   reads only. A reconcile that writes nothing reads nothing;
+// - a write to an object drops that kind's handed state: what comes after reads what is stored.
+import type { ApiResource } from "./api/meta.ts";
+import { KubeError } from "./kube/errors.ts";
+import { metrics } from "./metrics.ts";
+import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
+import type { LabelQuery } from "./selector-query.ts";
+
+// One object as the source holds it; without `object` the source knows there is no such object.
+export type HandedObject = { cluster: string; apiVersion: string; kind: string; namespace?: string; name: string; object?: KubeObject };
+// Every object of a kind in a scope (a namespace, a label selector, or all), as the source holds them.
+export type HandedList = { cluster: string; apiVersion: string; kind: string; namespace?: string; labelSelector?: string; items: KubeObject[] };
+export type Observed = { objects: HandedObject[]; lists: HandedList[] };
+
+const groupOf = (apiVersion: string) => (apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "");
+const kindId = (cluster: string, group: string, kind: string) => `${cluster}|${group}|${kind}`;
+const objectId = (kind: string, namespace: string | undefined, name: string) => `${kind}|${namespace ?? ""}|${name}`;
+const seenId = (cluster: string, kind: string, o: KubeObject) => `${cluster}|${objectId(kind, o.metadata.namespace, o.metadata.name!)}`;
+
+// resourceVersions are opaque, but the API server's are etcd revisions: compared as numbers when both
+// are, and otherwise never assumed to be newer.
+function olderThan(a: string | undefined, b: string | undefined): boolean {
+  if (!a || !b || !/^\d+$/.test(a) || !/^\d+$/.test(b)) return false;
+  return BigInt(a) < BigInt(b);
+}
+
+// The newest resourceVersion a process has seen per object: what makes an older handed state lose.
+export type Seen = Map<string, string>;
+
+function noteSeen(seen: Seen, cluster: string, kind: string, o: KubeObject | undefined): void {
+  if (!o?.metadata.resourceVersion || !o.metadata.name) return;
+  const id = seenId(cluster, kind, o);
+  if (!olderThan(o.metadata.resourceVersion, seen.get(id))) seen.set(id, o.metadata.resourceVersion);
+}
+
+// Called as a delivery arrives, before anything is judged: what it hands is now the newest this
+// process knows of, unless it knew newer, so a run that judges later (a key's queued turn) never goes
+// by an older state that happened to arrive last.
+export function noteHanded(seen: Seen, observed: Observed): void {
+  for (const h of observed.objects) noteSeen(seen, h.cluster, h.kind, h.object);
+  for (const l of observed.lists) for (const i of l.items) noteSeen(seen, l.cluster, l.kind, i);
+}
+
+const observedReads = metrics.counter("ocmf_observed_reads_total", "Reads a function's reconcile made, by where the answer came from (handed: the event's observed state; api: a read on a miss; stale: handed but older than already seen, so read from the API; confirm: a re-read before the first write)", ["controller", "source"]);
+
+export type ObservedClients = {
+  cluster(name: string): KubeClient;
+  // how many of this delivery's reads the handed state answered (tests and logs)
+  handedReads(): number;
+};
+
+// Clients for one reconcile: `live(cluster)` is the function's own, `observed` what the event handed.
+export function observedClients(fn: string, live: (cluster: string) => KubeClient, observed: Observed, seen: Seen): ObservedClients {
+  const objects = new Map<string, Map<string, HandedObject>>();
+  for (const h of observed.objects) mapOf(objects, kindId(h.cluster, groupOf(h.apiVersion), h.kind)).set(objectId(h.kind, h.namespace, h.name), h);
+  const lists = new Map<string, HandedList[]>();
+  for (const l of observed.lists) {
+    const id = kindId(l.cluster, groupOf(l.apiVersion), l.kind);
+    lists.set(id, [...(lists.get(id) ?? []), l]);
+  }
+  const dropped = new Set<string>(); // kinds written to: their handed state no longer counts
+  const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
+  let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
+  let handed = 0;
+  const clients = new Map<string, KubeClient>();
+
+
+  // What the handed state says of one object: the object, known absent (null), or nothing (undefined).
+  function lookup(cluster: string, r: ApiResource, name: string, namespace?: string): KubeObject | null | undefined {
+    const id = kindId(cluster, r.group, r.kind);
+    if (dropped.has(id)) return undefined;
+    const h = objects.get(id)?.get(objectId(r.kind, namespace, name));
+    if (h) return h.object ?? null;
+    for (const l of lists.get(id) ?? []) {
+      const item = l.items.find((o) => o.metadata.name === name && (o.metadata.namespace ?? undefined) === namespace);
+      if (item) return item;
+      // a whole scope without it proves it absent only if the scope has no selector and holds its namespace
+      if (!l.labelSelector && (l.namespace === undefined || l.namespace === namespace)) return null;
+    }
+    return undefined;
+  }
+
+  async function confirmBeforeWrite(): Promise<void> {
+    const stale: string[] = [];
+    for (const u of used.slice(confirmedUpTo, (confirmedUpTo = used.length))) {
+      observedReads.inc([fn, "confirm"]);
+      if (!(await u.confirm(live(u.cluster)))) stale.push(u.id);
+    }
+    if (stale.length) throw new KubeError(409, "Conflict", `the state handed with the event has changed since (${stale.join(", ")}): judging again from the API`);
+  }
+
+  function clientFor(cluster: string): KubeClient {
+    const real = live(cluster);
+    const note = (o: KubeObject | undefined, kind: string) => noteSeen(seen, cluster, kind, o);
+    const fresh = (o: KubeObject, kind: string) => !olderThan(o.metadata.resourceVersion, seen.get(seenId(cluster, kind, o)));
+    const get = async <T extends KubeObject>(r: ApiResource, name: string, namespace?: string): Promise<T | undefined> => {
+      const found = lookup(cluster, r, name, namespace);
+      if (found === null || (found && fresh(found, r.kind))) {
+        observedReads.inc([fn, "handed"]);
+        handed++;
+        if (found) note(found, r.kind);
+        const rv = found?.metadata.resourceVersion;
+        used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => (await c.get(r, name, namespace))?.metadata.resourceVersion === rv });
+        return (found ? structuredClone(found) : undefined) as T | undefined;
+      }
+      observedReads.inc([fn, found ? "stale" : "api"]);
+      const got = await real.get<T>(r, name, namespace);
+      note(got, r.kind);
+      return got;
+    };
+    const list = async <T extends KubeObject>(r: ApiResource, o: Omit<ListOptions, "labelSelector"> & { labelSelector?: string | LabelQuery } = {}) => {
+      const selector = typeof o.labelSelector === "object" ? (o.labelSelector.selects === "nothing" ? undefined : o.labelSelector.labelSelector) : o.labelSelector;
+      const id = kindId(cluster, r.group, r.kind);
+      const match = !o.fieldSelector && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id)
+        ? (lists.get(id) ?? []).find((l) => l.namespace === o.namespace && (l.labelSelector || undefined) === (selector || undefined))
+        : undefined;
+      if (match && match.items.every((i) => fresh(i, r.kind))) {
+        observedReads.inc([fn, "handed"]);
+        handed++;
+        for (const i of match.items) note(i, r.kind);
+        const versions = (items: readonly KubeObject[]) => items.map((i) => `${i.metadata.namespace ?? ""}/${i.metadata.name}@${i.metadata.resourceVersion}`).sort().join(",");
+        const want = versions(match.items);
+        used.push({ id: `${r.kind} list`, cluster, r, confirm: async (c) => versions((await c.list(r, o)).items) === want });
+        return { items: structuredClone(match.items) as T[], resourceVersion: "" };
+      }
+      observedReads.inc([fn, match ? "stale" : "api"]);
+      const got = await real.list<T>(r, o);
+      for (const i of got.items) note(i, r.kind);
+      return got;
+    };
+    // Every write: confirm what was judged, drop the kind's handed state, remember what the server answered.
+    const writing = <A extends unknown[], R>(r: (...a: A) => ApiResource, call: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
+      await confirmBeforeWrite();
+      const resource = r(...a);
+      dropped.add(kindId(cluster, resource.group, resource.kind));
+      const out = await call(...a);
+      if (out && typeof out === "object" && "metadata" in out) note(out as KubeObject, resource.kind);
+      return out;
+    };
+    return new Proxy(real, {
+      get(target, prop) {
+        if (prop === "get") return get;
+        if (prop === "list") return list;
+        if (prop === "create" || prop === "update" || prop === "patch" || prop === "delete") {
+          const call = (target[prop] as (...a: unknown[]) => Promise<unknown>).bind(target);
+          return writing((r: ApiResource) => r, call as (r: ApiResource, ...rest: unknown[]) => Promise<unknown>);
+        }
+        if (prop === "request") {
+          // a raw call: reads pass, a write confirms first (its kind is not known, so every handed state goes)
+          return async (method: string, ...rest: unknown[]) => {
+            if (method !== "GET") {
+              await confirmBeforeWrite();
+              objects.clear();
+              lists.clear();
+            }
+            return (target.request as (m: string, ...r: unknown[]) => Promise<unknown>)(method, ...rest);
+          };
+        }
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+  }
+
+  return {
+    cluster(name) {
+      let c = clients.get(name);
+      if (!c) clients.set(name, (c = clientFor(name)));
+      return c;
+    },
+    handedReads: () => handed,
+  };
+}
+
+function mapOf<V>(m: Map<string, Map<string, V>>, id: string): Map<string, V> {
+  let inner = m.get(id);
+  if (!inner) m.set(id, (inner = new Map()));
+  return inner;
+}

@@ -1,0 +1,163 @@
+// Observed state handed with the event (shared/observed.ts, components/relay/state.ts), proved on
+// cluster-lease-monitor against a real hub under the function's own identity: a renewal delivered by a
+// real relay costs the function no request; a handed view older than one already judged, or changed
+// before a write, is never what a write goes by.
+import { describe, it, expect } from "vitest";
+import { KubeClient } from "../shared/kube/client.ts";
+import { LeaseResource, NamespaceResource } from "../shared/api/kube.ts";
+import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { findCondition, setCondition } from "../shared/conditions.ts";
+import { manualClock, microTime, systemClock } from "../shared/clock.ts";
+import { handleEvent } from "../shared/harness.ts";
+import { parseEvent } from "../shared/events.ts";
+import type { Observed } from "../shared/observed.ts";
+import fn, { type Lease } from "../functions/cluster-lease-monitor/reconcile.ts";
+import { startRelay, type Relay } from "../components/relay/relay.ts";
+import { apiVersionOf, objectEvent as relayObjectEvent } from "../components/relay/cloudevents.ts";
+import { withObserved } from "../components/relay/state.ts";
+import { relayConfigFor } from "../dev/local/run-function.ts";
+import { jsonLog } from "../shared/harness.ts";
+import { startFunction } from "../dev/local/functions.ts";
+import { testIo } from "./support/functions.ts";
+import { functionHub } from "./support/fixtures.ts";
+import { recordingRequests } from "./support/requests.ts";
+import { eventually } from "./support/eventually.ts";
+
+const HUB = "hub";
+const config = { hubCluster: HUB, leaseGraceMultiplier: 5 };
+const suffix = () => Math.random().toString(36).slice(2, 7);
+
+let admin: KubeClient;
+let kubeconfig: string;
+functionHub(fn.spec.name, [ManagedClusterResource, LeaseResource], (h) => ({ admin, kubeconfig } = h));
+
+const accepted = { type: ManagedClusterConditionType.HubAccepted, status: "True", reason: ManagedClusterReason.HubClusterAdminAccepted, message: "Accepted by hub cluster admin" } as const;
+
+// An accepted cluster whose agent renewed its lease `agoS` seconds ago.
+async function seed(agoS = 0): Promise<string> {
+  const c = `cluster-${suffix()}`;
+  await admin.create(NamespaceResource, { metadata: { name: c } });
+  await admin.create(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
+  await admin.patch(ManagedClusterResource, c, { status: { conditions: setCondition([], accepted, new Date()) } }, { subresource: "status" });
+  await admin.create(LeaseResource, {
+    metadata: { name: ManagedClusterLeaseName, namespace: c, labels: { [ClusterLabel.ClusterName]: c } },
+    spec: { holderIdentity: ManagedClusterLeaseName, renewTime: microTime(new Date(Date.now() - agoS * 1000)) },
+  });
+  return c;
+}
+
+async function renew(c: string): Promise<Lease> {
+  const lease = (await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, c))!;
+  return admin.update(LeaseResource, { ...lease, spec: { ...lease.spec, renewTime: microTime(new Date()) } });
+}
+
+const available = async (c: string) => findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))?.status?.conditions, ManagedClusterConditionType.Available)?.status;
+
+// The CloudEvent a relay would send for `object`, handing `observed` with it.
+function handing(object: Lease | ManagedCluster, resource: typeof LeaseResource | typeof ManagedClusterResource, observed: Observed): Record<string, unknown> {
+  const event = withObserved(relayObjectEvent({ verb: "update", mode: "Resource", cluster: HUB, server: "https://hub.invalid", resource, object, clock: systemClock, overrides: {} }), observed);
+  return { ...event.toJSON(), data: event.data };
+}
+const handed = (resource: typeof LeaseResource | typeof ManagedClusterResource, object: Lease | ManagedCluster) => ({
+  cluster: HUB,
+  apiVersion: apiVersionOf(resource),
+  kind: resource.kind,
+  ...(object.metadata.namespace ? { namespace: object.metadata.namespace } : {}),
+  name: object.metadata.name!,
+  object: { apiVersion: apiVersionOf(resource), kind: resource.kind, ...object },
+});
+
+describe("observed state handed by a real relay", () => {
+  it("a lease renewal delivered with its cluster makes cluster-lease-monitor send no request at all to the API server", async () => {
+    const c = await seed();
+    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    const server = await startFunction(fn.spec, rec.io);
+    const relayConfig = relayConfigFor(fn, config, { [HUB]: kubeconfig }, server.url);
+    let relay: Relay | undefined;
+    try {
+      relay = startRelay({ ...relayConfig, resync: { intervalMs: 0 }, log: jsonLog("relay", "quiet") });
+      await relay.ready;
+      const delivered = () => relay!.status().sinks[0]!.delivered;
+      const settled = () => relay!.status().sinks.every((s) => s.pending === 0 && s.inFlight === 0);
+      // the initial adds: the function judges every cluster once (writing ClockSynced for ours)
+      await eventually(async () => expect(findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))?.status?.conditions, ManagedClusterConditionType.ClockSynced)?.status).toBe("True"));
+      await eventually(() => expect(settled()).toBe(true));
+      rec.requests.length = 0;
+      for (let i = 0; i < 3; i++) {
+        const before = delivered();
+        await renew(c);
+        await eventually(() => expect(delivered()).toBeGreaterThan(before));
+      }
+      await eventually(() => expect(settled()).toBe(true));
+      expect(rec.requests).toEqual([]);
+    } finally {
+      await relay?.stop();
+      await server.close();
+    }
+  });
+
+  it("hands each resync tick both lists, so a sweep lists nothing and still marks a cluster whose lease expired", async () => {
+    const c = await seed();
+    const clock = manualClock();
+    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config, clock));
+    const server = await startFunction(fn.spec, rec.io);
+    let relay: Relay | undefined;
+    try {
+      relay = startRelay({ ...relayConfigFor(fn, config, { [HUB]: kubeconfig }, server.url), resync: { intervalMs: 500 }, log: jsonLog("relay", "quiet") });
+      await relay.ready;
+      await eventually(async () => expect(findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))?.status?.conditions, ManagedClusterConditionType.ClockSynced)?.status).toBe("True"));
+      // the lease is now 400 s old as the function sees time; no event comes for it, only ticks
+      clock.advance(400_000);
+      await eventually(async () => expect(await available(c)).toBe("Unknown"), { timeoutMs: 20_000 });
+      const lists = rec.requests.filter((r) => r.method === "GET" && /\/(managedclusters|leases)$/.test(r.path.split("?")[0]!));
+      expect(lists).toEqual([]);
+    } finally {
+      await relay?.stop();
+      await server.close();
+    }
+  });
+});
+
+describe("a stale view never writes", () => {
+  it("a handed lease that was renewed since makes the reconcile re-read instead of marking the cluster Unknown", async () => {
+    const c = await seed(400);
+    const stale = (await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, c))!;
+    await renew(c);
+    const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    // the relay's view: the lease as it was 400 s after its last renewal, the cluster as it is
+    const reply = await handleEvent(fn.spec, rec.io, handing(stale, LeaseResource, { objects: [handed(LeaseResource, stale), handed(ManagedClusterResource, cluster)], lists: [] }));
+    expect(reply.statusCode, reply.body).toBe(204);
+    expect(await available(c)).not.toBe("Unknown");
+    // it did judge the stale lease expired, and went to the API before writing: a confirming read
+    expect(rec.requests.some((r) => r.method === "GET" && r.path.endsWith(`/namespaces/${c}/leases/${ManagedClusterLeaseName}`))).toBe(true);
+  });
+
+  it("a cluster handed at an older resourceVersion than one already judged is read from the API instead", async () => {
+    const c = await seed();
+    const older = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const newer = await admin.patch<ManagedCluster>(ManagedClusterResource, c, { metadata: { labels: { touched: "yes" } } });
+    const lease = (await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, c))!;
+    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    const mcPath = `/managedclusters/${c}`;
+    const first = await handleEvent(fn.spec, rec.io, handing(newer, ManagedClusterResource, { objects: [handed(ManagedClusterResource, newer), handed(LeaseResource, lease)], lists: [] }));
+    expect(first.statusCode, first.body).toBe(204);
+    const afterFirst = rec.requests.filter((r) => r.method === "GET" && r.path.endsWith(mcPath)).length;
+    const second = await handleEvent(fn.spec, rec.io, handing(older, ManagedClusterResource, { objects: [handed(ManagedClusterResource, older), handed(LeaseResource, lease)], lists: [] }));
+    expect(second.statusCode, second.body).toBe(204);
+    expect(rec.requests.filter((r) => r.method === "GET" && r.path.endsWith(mcPath)).length).toBe(afterFirst + 1);
+  });
+
+  it("refuses a handed object that names another object than its entry (400, nothing judged)", () => {
+    const parsed = parseEvent({
+      specversion: "1.0",
+      id: "x",
+      source: "s",
+      type: "dev.knative.sources.ping",
+      cluster: HUB,
+      ocmfstate: "v1",
+      data: { observed: { objects: [{ cluster: HUB, apiVersion: "v1", kind: "ConfigMap", namespace: "a", name: "one", object: { metadata: { name: "two", namespace: "a" } } }], lists: [] } },
+    });
+    expect(parsed).toMatchObject({ ok: false, reason: expect.stringContaining("names another object") });
+  });
+});
