@@ -33,6 +33,7 @@ import { applyManifests } from "../shared/apply.ts";
 import { NamespaceResource } from "../shared/api/kube.ts";
 import { TaintKey, ManagedClusterConditionType, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { setCondition } from "../shared/conditions.ts";
+import { metrics } from "../shared/metrics.ts";
 import { cpuMsOf, memoryOf, percentile, ms, mib } from "./stats.ts";
 
 type System = "ours" | "ocm";
@@ -140,7 +141,20 @@ export class Simulator {
 
 // One hub: its controllers' CPU (ours runs in this process), kept apart from the control plane's.
 // invocations: ours' function calls so far, per function (deliveries, retries included).
-type Hub = { cpuMs(): number; memory(): { rss: number; anon: number; heap?: number; external?: number }; stop(): Promise<void>; check?(): void; invocations?(): Map<string, number> };
+// apiReads: ours' reads from the API server so far, per function (shared/observed.ts counts them: a miss,
+// a stale handed object, a confirmation before a write).
+type Hub = { cpuMs(): number; memory(): { rss: number; anon: number; heap?: number; external?: number }; stop(): Promise<void>; check?(): void; invocations?(): Map<string, number>; apiReads?(): Map<string, number> };
+
+// ocmf_observed_reads_total from this process' registry, summed per function over the sources that
+// went to the API server.
+function functionApiReads(): Map<string, number> {
+  const reads = new Map<string, number>();
+  for (const line of metrics.expose().split("\n")) {
+    const m = /^ocmf_observed_reads_total\{controller="([^"]+)",source="(api|stale|confirm)"\} (\S+)$/.exec(line);
+    if (m) reads.set(m[1]!, (reads.get(m[1]!) ?? 0) + Number(m[3]));
+  }
+  return reads;
+}
 
 async function startHub(system: System, clusters: LocalClusters, bootstrapUser: string): Promise<Hub> {
   const hub = clusters.get("hub");
@@ -158,6 +172,7 @@ async function startHub(system: System, clusters: LocalClusters, bootstrapUser: 
       },
       stop: () => fleet.stop(),
       invocations: () => new Map(fleet.relays.get("hub")!.status().sinks.map((k) => [k.name.replace(/^hub\//, ""), k.delivered + k.rejected + k.gaveUp + k.retries])),
+      apiReads: functionApiReads,
     };
   }
   const admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
@@ -190,6 +205,7 @@ export type ScaleResult = {
   joinWrites: number;
   joinReads: number;
   joinInvocations: Map<string, number>;
+  joinApiReads: Map<string, number>;
   windows: Window[];
   latency: { taint: number[]; untaint: number[] };
   memory: Record<string, { rss: number; anon: number; heap?: number; external?: number }>;
@@ -210,6 +226,7 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
     const etcd = clusters.etcd.child.pid!;
     const names = Array.from({ length: n }, (_, i) => `sim-${String(i).padStart(4, "0")}`);
     const joinStart = await requestCounts(admin);
+    const readsAtStart = hub.apiReads?.() ?? new Map<string, number>();
     const t0 = performance.now();
     sim = new Simulator(
       {
@@ -228,6 +245,7 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
     hub.check?.();
     const joinCounts = requestsBetween(joinStart, await requestCounts(admin));
     const joinInvocations = hub.invocations?.() ?? new Map<string, number>();
+    const joinApiReads = new Map([...(hub.apiReads?.() ?? [])].map(([k, v]): [string, number] => [k, v - (readsAtStart.get(k) ?? 0)]).filter(([, v]) => v > 0));
     const joined = [...sim.joined.values()];
     const samples = joined.map((m) => m.available);
 
@@ -290,6 +308,7 @@ async function measure(system: System, n: number): Promise<ScaleResult> {
       joinWrites: joinCounts.writes,
       joinReads: joinCounts.reads,
       joinInvocations,
+      joinApiReads,
       windows,
       latency,
       memory,
@@ -330,6 +349,7 @@ function table(results: ScaleResult[]): Record<string, string> {
   row("API reads per join (all clients)", (r) => r.joinReads / r.n, fixed(1));
   row("function invocations per join", (r) => (r.system === "ours" ? sum(r.joinInvocations) / r.n : undefined), fixed(1));
   for (const r of results.filter((x) => x.system === "ours")) rows[`N=${r.n} invocations per join by function (ours)`] = top(r.joinInvocations, r.n);
+  for (const r of results.filter((x) => x.system === "ours")) rows[`N=${r.n} function API reads per join by function (ours)`] = top(r.joinApiReads, r.n);
   for (const [i, period] of PERIODS.entries()) {
     const w = (r: ScaleResult) => r.windows[i]!;
     row(`${period}s leases: hub controllers CPU`, (r) => (w(r).hubCpuMs / w(r).seconds / 10), (v) => `${v.toFixed(2)} %`);

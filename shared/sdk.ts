@@ -59,8 +59,10 @@ export type Watch<C = unknown> = {
 
 // Related objects, named from the event's object: in each field "{name}", "{namespace}" and
 // "{label:KEY}" stand for its name, namespace and the value of its label KEY. With `name`, that one
-// object; without, every object in `namespace` (or all) that `labelSelector` selects.
-export type Related = { resource: ApiResource; name?: string; namespace?: string; labelSelector?: string };
+// object; without, every object in `namespace` (or all) that `labelSelector` selects. `required`: the
+// event wakes the function only if the source's cache shows the object there, or the list not empty
+// (a ManagedCluster change wakes no placement-scheduler on a hub without Placements).
+export type Related = { resource: ApiResource; name?: string; namespace?: string; labelSelector?: string; required?: boolean };
 
 // A permission the function needs beyond what its watches read (get, list and watch on every watched
 // kind, which come with the watch): every write, and any read no watch covers. `why` is the comment
@@ -191,7 +193,7 @@ export type StateWatch = {
   kind: string;
   namespace?: string;
   labelSelector?: string;
-  related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string }[];
+  related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string; required?: boolean }[];
   onTick: boolean;
 };
 export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[] } {

@@ -2,7 +2,7 @@
 // cluster-lease-monitor against a real hub under the function's own identity: a renewal delivered by a
 // real relay costs the function no request; a handed view older than one already judged, or changed
 // before a write, is never what a write goes by.
-import { describe, it, expect } from "vitest";
+import { afterAll, beforeAll, describe, it, expect } from "vitest";
 import { KubeClient } from "../shared/kube/client.ts";
 import { LeaseResource, NamespaceResource } from "../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
@@ -19,7 +19,11 @@ import { relayConfigFor } from "../dev/local/run-function.ts";
 import { jsonLog } from "../shared/harness.ts";
 import { startFunction } from "../dev/local/functions.ts";
 import { testIo } from "./support/functions.ts";
-import { functionHub } from "./support/fixtures.ts";
+import { readyIdentity, startHub, type Hub } from "./support/fixtures.ts";
+import scheduler from "../functions/placement-scheduler/reconcile.ts";
+import { PlacementResource } from "../shared/api/cluster.ts";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { recordingRequests } from "./support/requests.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -29,7 +33,13 @@ const suffix = () => Math.random().toString(36).slice(2, 7);
 
 let admin: KubeClient;
 let kubeconfig: string;
-functionHub(fn.spec.name, [ManagedClusterResource, LeaseResource], (h) => ({ admin, kubeconfig } = h));
+let hub: Hub;
+beforeAll(async () => {
+  hub = await startHub(HUB);
+  admin = hub.admin;
+  kubeconfig = await readyIdentity(hub.cluster, fn.spec.name, [ManagedClusterResource, LeaseResource]);
+});
+afterAll(() => hub?.stop());
 
 const accepted = { type: ManagedClusterConditionType.HubAccepted, status: "True", reason: ManagedClusterReason.HubClusterAdminAccepted, message: "Accepted by hub cluster admin" } as const;
 
@@ -114,6 +124,36 @@ describe("observed state handed by a real relay", () => {
     } finally {
       await relay?.stop();
       await server.close();
+    }
+  });
+});
+
+describe("an event a function's watch requires a related object for", () => {
+  it("wakes no placement-scheduler for a cluster's change while the hub has no Placement, and does once one exists", async () => {
+    const received: string[] = [];
+    const sink = createServer((req, res) => {
+      received.push(String(req.headers["ce-name"]));
+      req.resume();
+      req.on("end", () => res.writeHead(204).end());
+    });
+    await new Promise<void>((r) => sink.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(sink.address() as AddressInfo).port}/`;
+    const identity = await readyIdentity(hub.cluster, scheduler.spec.name, [ManagedClusterResource, PlacementResource]);
+    const relay = startRelay({ ...relayConfigFor(scheduler, { hubCluster: HUB }, { [HUB]: identity }, url), resync: { intervalMs: 0 }, log: jsonLog("relay", "quiet") });
+    try {
+      await relay.ready;
+      const c = await seed();
+      await admin.patch(ManagedClusterResource, c, { metadata: { labels: { first: "change" } } });
+      // the changes were seen by the relay's watch and routed nowhere
+      await eventually(() => expect(relay.status().sources.find((s) => s.name.includes("managedclusters"))!.objects).toBeGreaterThan(0));
+      await new Promise((r) => setTimeout(r, 500));
+      expect(received.filter((n) => n === c)).toEqual([]);
+      await admin.create(PlacementResource, { metadata: { name: "any", namespace: "default" }, spec: {} });
+      await admin.patch(ManagedClusterResource, c, { metadata: { labels: { second: "change" } } });
+      await eventually(() => expect(received).toContain(c));
+    } finally {
+      await relay.stop();
+      await new Promise((r) => sink.close(r));
     }
   });
 });

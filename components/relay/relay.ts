@@ -37,6 +37,7 @@ export type Relay = {
 };
 
 // Changes the relay's watches saw, per source and verb (docs/metrics.md).
+const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required)", ["sink"]);
 const changes = metrics.counter("ocmf_relay_changes_total", "Object changes seen by a source's watch, by verb (add, update, delete)", ["source", "verb"]);
 
 export function startRelay(options: RelayOptions): Relay {
@@ -50,14 +51,17 @@ export function startRelay(options: RelayOptions): Relay {
   // A sink that asks for observed state gets each event with what the caches hold now (state.ts); a
   // recheck's refresh hands what they hold then.
   const caches = new Map<string, Cache>();
-  const withState = (state: StateConfig, envelope: Envelope): Envelope => {
+  // An event a related object the watch requires says is not for the function is not sent at all.
+  const withState = (state: StateConfig, envelope: Envelope): Envelope | undefined => {
     const hand = (event: CloudEvent<unknown>) => {
       const observed = observedFor(state, (cluster, group, kind) => caches.get(`${cluster}|${group}|${kind}`), event);
-      return observed ? withObserved(event, observed) : event;
+      return observed === "unrelated" ? undefined : observed ? withObserved(event, observed) : event;
     };
+    const event = hand(envelope.event);
+    if (!event) return undefined;
     return {
       key: envelope.key,
-      event: hand(envelope.event),
+      event,
       refresh() {
         const next = envelope.refresh();
         return next && hand(next);
@@ -65,7 +69,12 @@ export function startRelay(options: RelayOptions): Relay {
     };
   };
   function route(envelope: Envelope): void {
-    for (const { sink, state } of sinks) if (sink.mismatch(envelope.event) === undefined) sink.enqueue(state ? withState(state, envelope) : envelope);
+    for (const { sink, state } of sinks) {
+      if (sink.mismatch(envelope.event) !== undefined) continue;
+      const sent = state ? withState(state, envelope) : envelope;
+      if (sent) sink.enqueue(sent);
+      else unrelated.inc([sink.name]);
+    }
   }
 
   const sources = config.sources.map((s) => {

@@ -84,7 +84,9 @@ function one(cluster: string, c: Cache, namespace: string | undefined, name: str
   return wouldHold ? handed(cluster, c, ns, name) : undefined;
 }
 
-export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent<unknown>): Observed | undefined {
+// What to hand with the event; undefined when nothing; "unrelated" when a related object the watch
+// requires is, as the cache shows, not there (the event is not for this function).
+export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent<unknown>): Observed | "unrelated" | undefined {
   const attrs = event as unknown as Record<string, unknown>;
   const cluster = String(attrs.cluster ?? "");
   if (event.type === PingSourceType) {
@@ -121,12 +123,14 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
     if (r.name !== undefined) {
       const n = expand(r.name, subject);
       const h = n ? one(cluster, c, ns, n) : undefined;
+      if (r.required && h && !h.object) return "unrelated";
       if (h) objects.push(h);
       continue;
     }
     const selector = expand(r.labelSelector, subject);
     if (r.labelSelector !== undefined && selector === undefined) continue;
     const l = listOf(cluster, c, { ...(ns !== undefined ? { namespace: ns } : {}), ...(selector ? { labelSelector: selector } : {}) });
+    if (r.required && l && l.items.length === 0) return "unrelated";
     if (l) lists.push(l);
   }
   return { objects, lists };

@@ -47,7 +47,7 @@ export default defineFunction({
     { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, mode: "Either", verbs: ["add", "update"], root: true, keys: addonKeys },
     { cluster: c.hubCluster, resource: ClusterManagementAddOnV1alpha1Resource, verbs: ["add", "update"], keys: (e, io) => addonsKeys(io, { name: e.ref.name }) },
     // the cluster's health and its image-registries annotation
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["update"], keys: (e, io) => addonsKeys(io, { namespace: e.ref.name }) },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", verbs: ["update"], keys: (e, io) => addonsKeys(io, { namespace: e.ref.name }), related: [{ resource: ManagedClusterAddOnV1alpha1Resource, namespace: "{name}", required: true }] },
     { cluster: c.hubCluster, resource: AddOnTemplateResource, verbs: ["add", "update"], keys: configKeys },
     { cluster: c.hubCluster, resource: AddOnDeploymentConfigV1alpha1Resource, keys: configKeys },
     { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["update"], keys: decisionKeys },

@@ -8,7 +8,7 @@ import { HubSettingsSchema, type HubSettings } from "../../shared/settings.ts";
 import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
-import { defineFunction, type KeysOrSkip, type Watch } from "../../shared/sdk.ts";
+import { defineFunction, type KeysOrSkip, type Related, type Watch } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, wouldWrite } from "../../shared/apply.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
@@ -59,7 +59,10 @@ export default defineFunction({
   name: "cluster-acceptor",
   config: HubSettingsSchema,
   watches: (c) => [
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true },
+    // Each cluster's event comes with what accepting it is judged by (its namespace, roles and bindings
+    // as the source's cache holds them), so the reconcile of a cluster that is as it should be reads
+    // nothing but its lease.
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true, related: acceptedObjects },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
       (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource) }),
     ),
@@ -109,6 +112,17 @@ export default defineFunction({
   ],
   reconcile,
 });
+
+// Named from the ManagedCluster's name ({name}), as rbac.ts writes them.
+const acceptedObjects: Related[] = [
+  { resource: NamespaceResource, name: "{name}" },
+  { resource: ClusterRoleResource, name: HubRbacName.cluster("{name}") },
+  { resource: ClusterRoleResource, name: HubRbacName.RegistrationClusterRole },
+  { resource: ClusterRoleResource, name: HubRbacName.WorkClusterRole },
+  { resource: ClusterRoleBindingResource, name: HubRbacName.cluster("{name}") },
+  { resource: RoleBindingResource, namespace: "{name}", name: HubRbacName.registrationRoleBinding("{name}") },
+  { resource: RoleBindingResource, namespace: "{name}", name: HubRbacName.workRoleBinding("{name}") },
+];
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
 // one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting

@@ -52,7 +52,8 @@ export default defineFunction({
     { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true },
     // OCM's admission holds a binding's name equal to spec.clusterSet, so the name is the set's key.
     { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]) },
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys },
+    // with the sets, so mapping a cluster's change to the sets to recount reads nothing
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }] },
   ],
   resyncSeconds: 60,
   resync,

@@ -47,7 +47,14 @@ export default defineFunction({
   config: HubClusterSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "update"], root: true, keys: placementKeys },
-    { cluster: c.hubCluster, resource: ManagedClusterResource, keys: placementsForCluster },
+    // A cluster's change comes with what placementsForCluster judges it by, and wakes nothing on a hub
+    // without Placements.
+    {
+      cluster: c.hubCluster,
+      resource: ManagedClusterResource,
+      keys: placementsForCluster,
+      related: [{ resource: PlacementResource, required: true }, { resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }, { resource: PlacementDecisionResource }],
+    },
     { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys },
     { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, verbs: ["add", "delete"], keys: bindingKeys },
     { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["delete"], keys: decisionKeys },
