@@ -62,7 +62,7 @@ const resourceData = z.looseObject({ metadata: z.looseObject({ name: objectName,
 const refData = z.looseObject({ kind: name, name: objectName, apiVersion: name, namespace });
 const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: clusterName.optional() });
 const handedObject = z
-  .object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), name: objectName, object: resourceData.optional() })
+  .object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), name: objectName, object: resourceData.optional(), conditional: z.boolean().optional() })
   .refine((h) => !h.object || (h.object.metadata.name === h.name && (h.object.metadata.namespace || undefined) === (h.namespace || undefined)), { error: "a handed object names another object than its entry" });
 const handedList = z.object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), labelSelector: z.string().optional(), items: z.array(resourceData) });
 const observedSchema = z.object({ objects: z.array(handedObject).default([]), lists: z.array(handedList).default([]) });

@@ -17,7 +17,9 @@ import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
 import type { LabelQuery } from "./selector-query.ts";
 
 // One object as the source holds it; without `object` the source knows there is no such object.
-export type HandedObject = { cluster: string; apiVersion: string; kind: string; namespace?: string; name: string; object?: KubeObject };
+// `conditional`: the function writes it only conditionally (shared/sdk.ts Related), so it is never
+// confirmed before a write.
+export type HandedObject = { cluster: string; apiVersion: string; kind: string; namespace?: string; name: string; object?: KubeObject; conditional?: boolean };
 // Every object of a kind in a scope (a namespace, a label selector, or all), as the source holds them.
 export type HandedList = { cluster: string; apiVersion: string; kind: string; namespace?: string; labelSelector?: string; items: KubeObject[] };
 export type Observed = { objects: HandedObject[]; lists: HandedList[] };
@@ -110,7 +112,8 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         handed++;
         if (found) note(found, r.kind);
         const rv = found?.metadata.resourceVersion;
-        used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => (await c.get(r, name, namespace))?.metadata.resourceVersion === rv });
+        if (!objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
+          used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => (await c.get(r, name, namespace))?.metadata.resourceVersion === rv });
         return (found ? structuredClone(found) : undefined) as T | undefined;
       }
       observedReads.inc([fn, found ? "stale" : "api"]);

@@ -61,8 +61,12 @@ export type Watch<C = unknown> = {
 // "{label:KEY}" stand for its name, namespace and the value of its label KEY. With `name`, that one
 // object; without, every object in `namespace` (or all) that `labelSelector` selects. `required`: the
 // event wakes the function only if the source's cache shows the object there, or the list not empty
-// (a ManagedCluster change wakes no placement-scheduler on a hub without Placements).
-export type Related = { resource: ApiResource; name?: string; namespace?: string; labelSelector?: string; required?: boolean };
+// (a ManagedCluster change wakes no placement-scheduler on a hub without Placements). `conditional`:
+// the function writes this object only conditionally (a create, or a write carrying the
+// resourceVersion it read), and judges nothing else by it, so a stale view of it costs a conflict and
+// never a wrong write: it is handed even absent from a cache that cannot vouch for absence (one of
+// labelled objects), and not read again before a write (shared/observed.ts).
+export type Related = { resource: ApiResource; name?: string; namespace?: string; labelSelector?: string; required?: boolean; conditional?: boolean };
 
 // A permission the function needs beyond what its watches read (get, list and watch on every watched
 // kind, which come with the watch): every write, and any read no watch covers. `why` is the comment
@@ -193,7 +197,7 @@ export type StateWatch = {
   kind: string;
   namespace?: string;
   labelSelector?: string;
-  related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string; required?: boolean }[];
+  related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string; required?: boolean; conditional?: boolean }[];
   onTick: boolean;
 };
 export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[] } {

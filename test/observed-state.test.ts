@@ -21,6 +21,10 @@ import { startFunction } from "../dev/local/functions.ts";
 import { testIo } from "./support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "./support/fixtures.ts";
 import scheduler from "../functions/placement-scheduler/reconcile.ts";
+import acceptor from "../functions/cluster-acceptor/reconcile.ts";
+import { ClusterRoleResource } from "../shared/api/kube.ts";
+import { HubRbacName } from "../shared/api/register.ts";
+import type { KubeObject } from "../shared/kube/client.ts";
 import { PlacementResource } from "../shared/api/cluster.ts";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -186,6 +190,24 @@ describe("a stale view never writes", () => {
     const second = await handleEvent(fn.spec, rec.io, handing(older, ManagedClusterResource, { objects: [handed(ManagedClusterResource, older), handed(LeaseResource, lease)], lists: [] }));
     expect(second.statusCode, second.body).toBe(204);
     expect(rec.requests.filter((r) => r.method === "GET" && r.path.endsWith(mcPath)).length).toBe(afterFirst + 1);
+  });
+
+  it("a shared role handed as absent (conditional) but present with other rules is put right by the acceptor's create-then-read path, not left as found", async () => {
+    const acceptorIdentity = await readyIdentity(hub.cluster, acceptor.spec.name, [ManagedClusterResource]);
+    const c = `cluster-${suffix()}`;
+    await admin.create(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
+    // an unlabelled copy of the shared registration role, missing its rules: the relay's labelled cache
+    // cannot hold it, so the event hands it as absent
+    await admin.delete(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
+    await admin.create(ClusterRoleResource, { metadata: { name: HubRbacName.RegistrationClusterRole }, rules: [] });
+    const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const absent = (name: string) => ({ cluster: HUB, apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", name, conditional: true });
+    const rec = recordingRequests(testIo({ [HUB]: acceptorIdentity }, { hubCluster: HUB, autoApprovalUsers: [] }));
+    const event = withObserved(relayObjectEvent({ verb: "update", mode: "Resource", cluster: HUB, server: "https://hub.invalid", resource: ManagedClusterResource, object: cluster, clock: systemClock, overrides: {} }), { objects: [handed(ManagedClusterResource, cluster), absent(HubRbacName.RegistrationClusterRole)], lists: [] });
+    const reply = await handleEvent(acceptor.spec, rec.io, { ...event.toJSON(), data: event.data });
+    expect(reply.statusCode, reply.body).toBe(204);
+    const role = await admin.get<KubeObject & { rules?: unknown[] }>(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
+    expect(role?.rules?.length).toBeGreaterThan(0);
   });
 
   it("refuses a handed object that names another object than its entry (400, nothing judged)", () => {

@@ -55,7 +55,7 @@ export type SourceConfig = z.infer<typeof SourceSchema>;
 const TriggerFilterSchema = z.record(extensionName, z.string());
 // Observed state to hand a function with each event (components/relay/state.ts, shared/observed.ts):
 // shared/sdk.ts stateOf derives it from the function's watches.
-const RelatedSchema = z.object({ group: z.string(), kind: name, name: z.string().optional(), namespace: z.string().optional(), labelSelector: z.string().optional(), required: z.boolean().optional() });
+const RelatedSchema = z.object({ group: z.string(), kind: name, name: z.string().optional(), namespace: z.string().optional(), labelSelector: z.string().optional(), required: z.boolean().optional(), conditional: z.boolean().optional() });
 export const StateSchema = z.object({
   watches: z.array(
     z.object({

@@ -75,13 +75,15 @@ function listOf(cluster: string, c: Cache, scope: { namespace?: string; labelSel
   };
 }
 
-// One object by name: held, known absent, or (undefined) not something the cache can vouch for.
-function one(cluster: string, c: Cache, namespace: string | undefined, name: string): HandedObject | undefined {
+// One object by name: held, known absent, or (undefined) not something the cache can vouch for. A
+// conditional one (shared/sdk.ts Related) is handed absent whenever the cache does not hold it.
+function one(cluster: string, c: Cache, namespace: string | undefined, name: string, conditional = false): HandedObject | undefined {
   const ns = c.resource.namespaced ? namespace : undefined;
   const object = c.get(`${ns ?? ""}/${name}`);
-  if (object) return handed(cluster, c, ns, name, object);
+  const mark = conditional ? { conditional: true } : {};
+  if (object) return { ...handed(cluster, c, ns, name, object), ...mark };
   const wouldHold = !c.fieldSelector && !c.labelSelector && (c.namespace === undefined || c.namespace === (ns ?? ""));
-  return wouldHold ? handed(cluster, c, ns, name) : undefined;
+  return wouldHold || conditional ? { ...handed(cluster, c, ns, name), ...mark } : undefined;
 }
 
 // What to hand with the event; undefined when nothing; "unrelated" when a related object the watch
@@ -122,7 +124,7 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
     if (r.namespace !== undefined && ns === undefined) continue;
     if (r.name !== undefined) {
       const n = expand(r.name, subject);
-      const h = n ? one(cluster, c, ns, n) : undefined;
+      const h = n ? one(cluster, c, ns, n, r.conditional) : undefined;
       if (r.required && h && !h.object) return "unrelated";
       if (h) objects.push(h);
       continue;

@@ -62,11 +62,11 @@ export default defineFunction({
     // Each cluster's event comes with what accepting it is judged by (its namespace, roles and bindings
     // as the source's cache holds them), so the reconcile of a cluster that is as it should be reads
     // nothing but its lease.
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true, related: acceptedObjects },
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true, related: acceptedObjects("{name}") },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
       (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource) }),
     ),
-    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: ClusterLabel.ClusterName, verbs: ["add"], keys: keysOfCsr },
+    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: ClusterLabel.ClusterName, verbs: ["add"], keys: keysOfCsr, related: acceptedObjects(`{label:${ClusterLabel.ClusterName}}`) },
     ...[ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource].map(
       (resource): Watch<Config> => ({
         cluster: c.hubCluster,
@@ -113,15 +113,24 @@ export default defineFunction({
   reconcile,
 });
 
-// Named from the ManagedCluster's name ({name}), as rbac.ts writes them.
-const acceptedObjects: Related[] = [
-  { resource: NamespaceResource, name: "{name}" },
-  { resource: ClusterRoleResource, name: HubRbacName.cluster("{name}") },
-  { resource: ClusterRoleResource, name: HubRbacName.RegistrationClusterRole },
-  { resource: ClusterRoleResource, name: HubRbacName.WorkClusterRole },
-  { resource: ClusterRoleBindingResource, name: HubRbacName.cluster("{name}") },
-  { resource: RoleBindingResource, namespace: "{name}", name: HubRbacName.registrationRoleBinding("{name}") },
-  { resource: RoleBindingResource, namespace: "{name}", name: HubRbacName.workRoleBinding("{name}") },
+// Named from the ManagedCluster's name ({name}), as rbac.ts writes them. The shared roles and the
+// bindings are conditional: each is only created or updated with the resourceVersion read
+// (createOrUpdate) and decides nothing else. The namespace and the cluster's own role are not: whether
+// the namespace is the cluster's decides every other write, and a refusal downgrades the role only if
+// it is there.
+// `c` is the template of the cluster's name in the event's object: "{name}" for a ManagedCluster, its
+// cluster-name label for a CSR (whose event hands the ManagedCluster too).
+const acceptedObjects = (c: string): Related[] => [
+  ...(c === "{name}" ? [] : [{ resource: ManagedClusterResource, name: c }]),
+  { resource: NamespaceResource, name: c },
+  { resource: ClusterRoleResource, name: HubRbacName.cluster(c) },
+  ...[
+    { resource: ClusterRoleResource, name: HubRbacName.RegistrationClusterRole },
+    { resource: ClusterRoleResource, name: HubRbacName.WorkClusterRole },
+    { resource: ClusterRoleBindingResource, name: HubRbacName.cluster(c) },
+    { resource: RoleBindingResource, namespace: c, name: HubRbacName.registrationRoleBinding(c) },
+    { resource: RoleBindingResource, namespace: c, name: HubRbacName.workRoleBinding(c) },
+  ].map((r) => ({ ...r, conditional: true })),
 ];
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
