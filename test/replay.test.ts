@@ -1,5 +1,5 @@
 // Recorded join streams replayed into the functions on fresh control planes with no resync ticks at all:
-// in order, shuffled, duplicated, reordered within each object and partly dropped. Each must reach the
+// in order, shuffled, duplicated, reordered within each object, partly dropped, and several at once. Each must reach the
 // whole end state of a clean in-order replay of the same recording. Two recordings of one join:
 // test/fixtures/join/ (scripts/record-join.ts, our relays feeding every function) and
 // test/fixtures/join-broker/ (scripts/record-join-broker.ts, the hub's events as Knative's Broker delivered
@@ -121,10 +121,12 @@ async function settle(w: World): Promise<void> {
 
 type Replayed = { statuses: number[]; undelivered: Recorded[] };
 
-async function replay(w: World, events: readonly Recorded[]): Promise<Replayed> {
+// concurrency > 1: the events are sent that many at a time, all at once, in the order they are ready;
+// the world settles after each batch.
+async function replay(w: World, events: readonly Recorded[], concurrency = 1): Promise<Replayed> {
   const statuses: number[] = [];
   const held: Recorded[] = [];
-  const deliver = async (r: Recorded, event: Record<string, unknown>) => {
+  const send = async (r: Recorded, event: Record<string, unknown>) => {
     const url = w.fleet.functions.get(r.sink);
     if (!url) throw new Error(`the recording names a sink no function serves: ${r.sink}`);
     for (let attempt = 0; ; attempt++) {
@@ -132,9 +134,26 @@ async function replay(w: World, events: readonly Recorded[]): Promise<Replayed> 
       statuses.push(status);
       if (status !== 503 || attempt === 3) break;
     }
+  };
+  const deliver = async (r: Recorded, event: Record<string, unknown>) => {
+    await send(r, event);
     await settle(w);
   };
   await observe(w);
+  if (concurrency > 1) {
+    const queue = [...events];
+    for (;;) {
+      const batch: [Recorded, Record<string, unknown>][] = [];
+      for (let i = 0; i < queue.length && batch.length < concurrency; ) {
+        const ready = mapped(w, queue[i]!);
+        if (ready) batch.push([queue.splice(i, 1)[0]!, ready]);
+        else i++;
+      }
+      if (batch.length === 0) return { statuses, undelivered: queue };
+      await Promise.all(batch.map(([r, event]) => send(r, event)));
+      await settle(w);
+    }
+  }
   for (const r of events) {
     const event = mapped(w, r);
     if (!event) {
@@ -293,18 +312,20 @@ for (const { dir, title, plane, broker } of recordings) {
     // others try the same functions' idempotence the first recording already tries (and "every third event
     // dropped" cannot work on it: every event csr-approver got falls on a dropped slot, and with no ticks
     // nothing approves the CSR).
-    const variants: { name: string; events: () => Recorded[]; broker: boolean }[] = [
+    const variants: { name: string; events: () => Recorded[]; broker: boolean; concurrency?: number }[] = [
       { name: "shuffled", events: () => shuffled(objectEvents, 7), broker: true },
+      { name: "shuffled, and delivered four at a time concurrently", events: () => shuffled(objectEvents, 13), broker: true, concurrency: 4 },
+      { name: "every event twice, each object's in reverse order, delivered six at a time concurrently", events: () => reversedWithinEachObject([...objectEvents, ...objectEvents]), broker: false, concurrency: 6 },
       { name: "every event twice, the copies shuffled apart", events: () => shuffled([...objectEvents, ...objectEvents], 11), broker: false },
       { name: "each object's events in reverse order", events: () => reversedWithinEachObject(objectEvents), broker: false },
       { name: "every third event dropped", events: () => objectEvents.filter((_, i) => i % 3 !== 2), broker: false },
     ];
 
-    it.each(variants.filter((v) => !broker || v.broker))("reaches the clean run's whole end state: $name", async ({ events }) => {
+    it.each(variants.filter((v) => !broker || v.broker))("reaches the clean run's whole end state: $name", async ({ events, concurrency }) => {
       const sent = events();
       expect(sent.some(isTick)).toBe(false);
       const w = await freshWorld(plane, recordedCsrs);
-      const { statuses, undelivered } = await replay(w, sent);
+      const { statuses, undelivered } = await replay(w, sent, concurrency);
       expect(undelivered).toEqual([]);
       expect(statuses.filter((s) => s !== 204 && s !== 503)).toEqual([]);
       expect(await endState(w)).toEqual(reference);
