@@ -143,7 +143,7 @@ export class Simulator {
 // invocations: ours' function calls so far, per function (deliveries, retries included).
 // apiReads: ours' reads from the API server so far, per function (shared/observed.ts counts them: a miss,
 // a stale handed object, a confirmation before a write).
-type Hub = { cpuMs(): number; memory(): { rss: number; anon: number; heap?: number; external?: number }; stop(): Promise<void>; check?(): void; invocations?(): Map<string, number>; apiReads?(): Map<string, number> };
+type Hub = { cpuMs(): number; memory(): { rss: number; anon: number; heap?: number; external?: number; cache?: number }; stop(): Promise<void>; check?(): void; invocations?(): Map<string, number>; apiReads?(): Map<string, number> };
 
 // ocmf_observed_reads_total from this process' registry, summed per function over the sources that
 // went to the API server.
@@ -168,7 +168,7 @@ async function startHub(system: System, clusters: LocalClusters, bootstrapUser: 
       },
       memory: () => {
         const { heapUsed, external } = process.memoryUsage();
-        return { ...memoryOf(process.pid), heap: heapUsed, external };
+        return { ...memoryOf(process.pid), heap: heapUsed, external, cache: fleet.relays.get("hub")!.cacheSize().jsonBytes };
       },
       stop: () => fleet.stop(),
       invocations: () => new Map(fleet.relays.get("hub")!.status().sinks.map((k) => [k.name.replace(/^hub\//, ""), k.delivered + k.rejected + k.gaveUp + k.retries])),
@@ -208,7 +208,7 @@ export type ScaleResult = {
   joinApiReads: Map<string, number>;
   windows: Window[];
   latency: { taint: number[]; untaint: number[] };
-  memory: Record<string, { rss: number; anon: number; heap?: number; external?: number }>;
+  memory: Record<string, { rss: number; anon: number; heap?: number; external?: number; cache?: number }>;
 };
 
 async function measure(system: System, n: number): Promise<ScaleResult> {
@@ -373,6 +373,9 @@ function table(results: ScaleResult[]): Record<string, string> {
   row("RSS of the bench process before ours' hub started in it", (r) => (r.system === "ours" ? r.memory.harness!.rss : undefined), mib);
   row("JS heap used (ours)", (r) => (r.memory.hub!.heap === undefined ? undefined : r.memory.hub!.heap), mib);
   row("external and array buffers (ours)", (r) => r.memory.hub!.external, mib);
+  // the hub relay's watch caches (what observed state is handed from), as the JSON they hold; their
+  // share of the heap is of that order
+  row("watch cache, as JSON (ours)", (r) => r.memory.hub!.cache, mib);
   return rows;
 }
 

@@ -33,6 +33,8 @@ export type Relay = {
   // The metrics endpoint once it listens (rejects when it cannot: a port in use); undefined when not configured.
   readonly metrics?: Promise<MetricsEndpoint>;
   status(): RelayStatus;
+  // What the watch caches hold: objects, and their size as JSON (each serialised: for measuring only).
+  cacheSize(): { objects: number; jsonBytes: number };
   stop(): Promise<void>;
 };
 
@@ -146,6 +148,10 @@ export function startRelay(options: RelayOptions): Relay {
   return {
     metrics: endpoint,
     ready: Promise.all([...sources.map((s) => s.ready), resync.ready]).then(() => {}),
+    cacheSize: () => {
+      const all = sources.flatMap((s) => s.objects());
+      return { objects: all.length, jsonBytes: all.reduce((n, o) => n + Buffer.byteLength(JSON.stringify(o)), 0) };
+    },
     status: () => ({
       clusters: Object.fromEntries([...providers].map(([name, p]) => [name, p.status()])),
       sources: sources.map((s) => s.status()),
