@@ -39,8 +39,13 @@ function olderThan(a: string | undefined, b: string | undefined): boolean {
 // The newest resourceVersion a process has seen per object: what makes an older handed state lose.
 export type Seen = Map<string, string>;
 
+// Deleted objects never leave the map, so it is bounded: past this many entries it starts over. That
+// forgets only the guard against an older view, never a write's confirmation.
+const SEEN_LIMIT = 100_000;
+
 function noteSeen(seen: Seen, cluster: string, kind: string, o: KubeObject | undefined): void {
   if (!o?.metadata.resourceVersion || !o.metadata.name) return;
+  if (seen.size >= SEEN_LIMIT) seen.clear();
   const id = seenId(cluster, kind, o);
   if (!olderThan(o.metadata.resourceVersion, seen.get(id))) seen.set(id, o.metadata.resourceVersion);
 }
