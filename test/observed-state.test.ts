@@ -10,7 +10,7 @@ import { findCondition, setCondition } from "../shared/conditions.ts";
 import { manualClock, microTime, systemClock } from "../shared/clock.ts";
 import { handleEvent } from "../shared/harness.ts";
 import { parseEvent } from "../shared/events.ts";
-import type { Observed } from "../shared/observed.ts";
+import { observedClients, type Observed } from "../shared/observed.ts";
 import fn, { type Lease } from "../functions/cluster-lease-monitor/reconcile.ts";
 import { startRelay, type Relay } from "../components/relay/relay.ts";
 import { apiVersionOf, objectEvent as relayObjectEvent } from "../components/relay/cloudevents.ts";
@@ -82,28 +82,30 @@ const handed = (resource: typeof LeaseResource | typeof ManagedClusterResource, 
 });
 
 describe("observed state handed by a real relay", () => {
-  it("a lease renewal delivered with its cluster makes cluster-lease-monitor send no request at all to the API server", async () => {
+  it("a lease renewal wakes no cluster-lease-monitor and costs it no request; the recheck at expiry, sent with the cache's lease, marks a stopped agent Unknown", async () => {
     const c = await seed();
-    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    const clock = manualClock();
+    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, { ...config, leaseGraceMultiplier: 2 }, clock));
     const server = await startFunction(fn.spec, rec.io);
-    const relayConfig = relayConfigFor(fn, config, { [HUB]: kubeconfig }, server.url);
     let relay: Relay | undefined;
     try {
-      relay = startRelay({ ...relayConfig, resync: { intervalMs: 0 }, log: jsonLog("relay", "quiet") });
+      // 1 s leases, 2 s grace: the function's clock is the test's, the relay's timers are real
+      await admin.patch(ManagedClusterResource, c, { spec: { leaseDurationSeconds: 1 } });
+      relay = startRelay({ ...relayConfigFor(fn, { ...config, leaseGraceMultiplier: 2 }, { [HUB]: kubeconfig }, server.url), resync: { intervalMs: 0 }, log: jsonLog("relay", "quiet") });
       await relay.ready;
-      const delivered = () => relay!.status().sinks[0]!.delivered;
-      const settled = () => relay!.status().sinks.every((s) => s.pending === 0 && s.inFlight === 0);
-      // the initial adds: the function judges every cluster once (writing ClockSynced for ours)
+      const sink = () => relay!.status().sinks[0]!;
       await eventually(async () => expect(findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))?.status?.conditions, ManagedClusterConditionType.ClockSynced)?.status).toBe("True"));
-      await eventually(() => expect(settled()).toBe(true));
+      await eventually(() => expect(sink().pending + sink().inFlight).toBe(0));
       rec.requests.length = 0;
-      for (let i = 0; i < 3; i++) {
-        const before = delivered();
-        await renew(c);
-        await eventually(() => expect(delivered()).toBeGreaterThan(before));
-      }
-      await eventually(() => expect(settled()).toBe(true));
+      const before = sink().received;
+      for (let i = 0; i < 3; i++) await renew(c);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(sink().received).toBe(before);
       expect(rec.requests).toEqual([]);
+      // the agent stops: 3 s later as the function sees time, the recheck finds the lease expired
+      clock.advance(3_000);
+      await eventually(async () => expect(await available(c)).toBe("Unknown"), { timeoutMs: 20_000 });
+      expect(sink().rechecks).toBeGreaterThan(0);
     } finally {
       await relay?.stop();
       await server.close();
@@ -170,7 +172,7 @@ describe("a stale view never writes", () => {
     const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
     const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
     // the relay's view: the lease as it was 400 s after its last renewal, the cluster as it is
-    const reply = await handleEvent(fn.spec, rec.io, handing(stale, LeaseResource, { objects: [handed(LeaseResource, stale), handed(ManagedClusterResource, cluster)], lists: [] }));
+    const reply = await handleEvent(fn.spec, rec.io, handing(cluster, ManagedClusterResource, { objects: [handed(ManagedClusterResource, cluster), handed(LeaseResource, stale)], lists: [] }));
     expect(reply.statusCode, reply.body).toBe(204);
     expect(await available(c)).not.toBe("Unknown");
     // it did judge the stale lease expired, and went to the API before writing: a confirming read
@@ -208,6 +210,22 @@ describe("a stale view never writes", () => {
     expect(reply.statusCode, reply.body).toBe(204);
     const role = await admin.get<KubeObject & { rules?: unknown[] }>(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
     expect(role?.rules?.length).toBeGreaterThan(0);
+  });
+
+  it("answers a list narrowed by metadata.namespace from a handed list without a request, and sends any other field selector (a "!=") to the API", async () => {
+    const [a, b] = [await seed(), await seed()];
+    const { items } = await admin.list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName });
+    const observed: Observed = { objects: [], lists: [{ cluster: HUB, apiVersion: "coordination.k8s.io/v1", kind: "Lease", labelSelector: ClusterLabel.ClusterName, items }] };
+    const rec = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    const clients = observedClients("test", rec.io.cluster, observed, new Map());
+    const narrowed = await clients.cluster(HUB).list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName, fieldSelector: `metadata.namespace=${a}` });
+    expect(narrowed.items.map((l) => l.metadata.namespace)).toEqual([a]);
+    expect(rec.requests).toEqual([]);
+    const other = await clients.cluster(HUB).list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName, fieldSelector: `metadata.name=${ManagedClusterLeaseName},metadata.namespace=${b}` });
+    expect(other.items.map((l) => l.metadata.namespace)).toEqual([b]);
+    expect(rec.requests).toEqual([]);
+    await clients.cluster(HUB).list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName, fieldSelector: "metadata.name!=nobody" });
+    expect(rec.requests.map((r) => r.method)).toEqual(["GET"]);
   });
 
   it("refuses a handed object that names another object than its entry (400, nothing judged)", () => {

@@ -100,11 +100,13 @@ export function startRelay(options: RelayOptions): Relay {
         route({
           key: `${name}|${key}`,
           event: build(change.verb, change.object, change.server),
-          // A recheck sends what the source knows now; an object gone since is sent as deleted again.
+          // A recheck sends what the source knows now, under the verb the function asked about (so it
+          // passes the same verbs the first event passed); an object gone since is sent as deleted, and
+          // one back since its deletion as added.
           refresh() {
             const server = credentials.current()?.client.server ?? change.server;
             const latest = source.get(key);
-            return latest ? build("update", latest, server) : build("delete", change.object, server);
+            return latest ? build(change.verb === "delete" ? "add" : change.verb, latest, server) : build("delete", change.object, server);
           },
         });
       },

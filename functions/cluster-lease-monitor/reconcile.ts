@@ -40,10 +40,14 @@ export default defineFunction({
   name: "cluster-lease-monitor",
   config: ConfigSchema,
   // Each event comes with the other half of the judgement (the cluster with its lease, the lease with
-  // its cluster) and each tick with both lists, from the source's cache: a renewal costs no read.
+  // its cluster) and each tick with both lists, from the source's cache: a look costs no read.
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Resource", verbs: ["add", "update"], root: true, related: [{ resource: LeaseResource, namespace: "{name}", name: ManagedClusterLeaseName }], onTick: true },
-    { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", keys: keysOfLease, related: [{ resource: ManagedClusterResource, name: "{namespace}" }], onTick: true },
+    // A renewal (an update) wakes nothing: each look asks to be called back when the lease would
+    // expire, and that recheck is sent with the lease as the source's cache holds it then (renewed
+    // since, or not). So a healthy fleet costs the hub no call per renewal, a stopped agent is found at
+    // the moment its lease expires, and a clock out of step at the next look or resync tick.
+    { cluster: c.hubCluster, resource: LeaseResource, labelSelector: ClusterLabel.ClusterName, mode: "Either", verbs: ["add", "delete"], keys: keysOfLease, related: [{ resource: ManagedClusterResource, name: "{namespace}" }], onTick: true },
   ],
   resyncSeconds: 60,
   resync,

@@ -229,13 +229,13 @@ describe("clock sync", () => {
 });
 
 describe("event delivery", () => {
-  it("judges the cluster named by a renewed lease's namespace, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
+  it("judges the cluster named by a new lease's namespace, through our CloudEvents HTTP server (shared/cloudevents-server.ts)", async () => {
     const s = scene();
     await seed(s, { renewedAgoS: 300 });
     const server = await startFunctionServer(serve(fn.spec, () => s.io));
     try {
       const lease = (await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, s.c))!;
-      const reply = await postEvent(server.url, objectEvent({ cluster: HUB, object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", ...lease } }));
+      const reply = await postEvent(server.url, objectEvent({ cluster: HUB, verb: "add", object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", ...lease } }));
       expect(reply.status, reply.body).toBe(204);
       expect(await stateOf(s.c)).toMatchObject({ available: unknown, unknownEvents: 1 });
     } finally {
@@ -270,19 +270,19 @@ describe("event delivery", () => {
     expect(await fn.definition.resync!(fresh.io, { type: "tick", cluster: "spoke" })).toHaveProperty("skip");
   });
 
-  it("skips leases that are not cluster leases, and events from other clusters", async () => {
+  it("skips leases that are not cluster leases, events from other clusters, and a renewal (an update wakes nothing)", async () => {
     const s = scene();
     await seed(s, { renewedAgoS: 300 });
     const before = await stateOf(s.c);
     const other = { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: "kube-scheduler", namespace: s.c } };
     const lease = { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: ManagedClusterLeaseName, namespace: s.c } };
-    for (const event of [objectEvent({ cluster: HUB, object: other }), objectEvent({ cluster: "spoke", object: lease }), tickEvent("spoke")]) {
+    for (const event of [objectEvent({ cluster: HUB, verb: "add", object: other }), objectEvent({ cluster: "spoke", verb: "add", object: lease }), objectEvent({ cluster: HUB, object: lease }), tickEvent("spoke")]) {
       const reply = await handleEvent(fn.spec, s.io, event);
       expect(reply.statusCode, reply.body).toBe(204);
     }
     expect(await stateOf(s.c)).toEqual(before);
     // control: the cluster's own lease from the hub is judged, and it has expired
-    expect((await handleEvent(fn.spec, s.io, objectEvent({ cluster: HUB, object: lease }))).statusCode).toBe(204);
+    expect((await handleEvent(fn.spec, s.io, objectEvent({ cluster: HUB, verb: "add", object: lease }))).statusCode).toBe(204);
     expect((await stateOf(s.c)).available).toBe(unknown);
   });
 
@@ -290,7 +290,7 @@ describe("event delivery", () => {
     const s = scene();
     await seed(s, { renewedAgoS: "no lease" });
     const before = await stateOf(s.c);
-    const { cluster: _dropped, ...withoutCluster } = objectEvent({ cluster: HUB, object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: ManagedClusterLeaseName, namespace: s.c } } });
+    const { cluster: _dropped, ...withoutCluster } = objectEvent({ cluster: HUB, verb: "add", object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", metadata: { name: ManagedClusterLeaseName, namespace: s.c } } });
     for (const event of [withoutCluster, { ...withoutCluster, cluster: HUB, type: "dev.knative.apiserver.resource.rename" }]) {
       expect((await handleEvent(fn.spec, s.io, event)).statusCode).toBe(400);
     }
