@@ -129,17 +129,19 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     const list = async <T extends KubeObject>(r: ApiResource, o: Omit<ListOptions, "labelSelector"> & { labelSelector?: string | LabelQuery } = {}) => {
       const selector = typeof o.labelSelector === "object" ? (o.labelSelector.selects === "nothing" ? undefined : o.labelSelector.labelSelector) : o.labelSelector;
       const id = kindId(cluster, r.group, r.kind);
-      const match = !o.fieldSelector && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id)
+      const byField = fieldFilter(o.fieldSelector);
+      const match = byField && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id)
         ? (lists.get(id) ?? []).find((l) => l.namespace === o.namespace && (l.labelSelector || undefined) === (selector || undefined))
         : undefined;
-      if (match && match.items.every((i) => fresh(i, r.kind))) {
+      if (match && byField && match.items.every((i) => fresh(i, r.kind))) {
         observedReads.inc([fn, "handed"]);
         handed++;
-        for (const i of match.items) note(i, r.kind);
+        const items = match.items.filter(byField);
+        for (const i of items) note(i, r.kind);
         const versions = (items: readonly KubeObject[]) => items.map((i) => `${i.metadata.namespace ?? ""}/${i.metadata.name}@${i.metadata.resourceVersion}`).sort().join(",");
-        const want = versions(match.items);
+        const want = versions(items);
         used.push({ id: `${r.kind} list`, cluster, r, confirm: async (c) => versions((await c.list(r, o)).items) === want });
-        return { items: structuredClone(match.items) as T[], resourceVersion: "" };
+        return { items: structuredClone(items) as T[], resourceVersion: "" };
       }
       observedReads.inc([fn, match ? "stale" : "api"]);
       const got = await real.list<T>(r, o);
@@ -188,6 +190,15 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     },
     handedReads: () => handed,
   };
+}
+
+// The field selectors every kind serves, as a filter: "metadata.name=X" and "metadata.namespace=X",
+// comma-separated (no escapes: names need none). Any other selector: undefined (not answered).
+function fieldFilter(selector: string | undefined): ((o: KubeObject) => boolean) | undefined {
+  if (!selector) return () => true;
+  const terms = selector.split(",").map((t) => /^metadata\.(name|namespace)==?([^=!\\,]*)$/.exec(t));
+  if (terms.some((t) => !t)) return undefined;
+  return (o) => terms.every((t) => (t![1] === "name" ? o.metadata.name : (o.metadata.namespace ?? "")) === t![2]);
 }
 
 function mapOf<V>(m: Map<string, Map<string, V>>, id: string): Map<string, V> {

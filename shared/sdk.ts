@@ -54,6 +54,7 @@ export type Watch<C = unknown> = {
   // always. Each must be a kind this function watches on the same cluster.
   related?: readonly Related[];
   // The source hands every object of this watch with each resync tick, so a sweep lists nothing.
+  // Default: for the root kind (what a sweep lists); a watch with a field selector never.
   onTick?: boolean;
 };
 
@@ -216,7 +217,7 @@ export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[
           const { resource, ...names } = r;
           return { group: resource.group, kind: resource.kind, ...names };
         }),
-        onTick: w.onTick ?? false,
+        onTick: w.onTick ?? !!w.root,
       })),
   };
 }

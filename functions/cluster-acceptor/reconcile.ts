@@ -64,7 +64,8 @@ export default defineFunction({
     // nothing but its lease.
     { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true, related: acceptedObjects("{name}") },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
-      (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource) }),
+      // each handed with the resync tick, which judges from their lists
+      (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource), onTick: true }),
     ),
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: ClusterLabel.ClusterName, verbs: ["add"], keys: keysOfCsr, related: acceptedObjects(`{label:${ClusterLabel.ClusterName}}`) },
     ...[ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource].map(

@@ -51,9 +51,10 @@ export default defineFunction({
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true },
     // OCM's admission holds a binding's name equal to spec.clusterSet, so the name is the set's key.
-    { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]) },
-    // with the sets, so mapping a cluster's change to the sets to recount reads nothing
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }] },
+    { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]), onTick: true },
+    // with the sets and bindings, so mapping a cluster's change to the sets to recount, and each set's
+    // bindings, read nothing
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }] },
   ],
   resyncSeconds: 60,
   resync,
