@@ -212,7 +212,7 @@ describe("a stale view never writes", () => {
     expect(role?.rules?.length).toBeGreaterThan(0);
   });
 
-  it("answers a list narrowed by metadata.namespace from a handed list without a request, and sends any other field selector (a "!=") to the API", async () => {
+  it("answers a list narrowed by metadata.namespace from a handed list without a request, and sends any other field selector (one with !=) to the API", async () => {
     const [a, b] = [await seed(), await seed()];
     const { items } = await admin.list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName });
     const observed: Observed = { objects: [], lists: [{ cluster: HUB, apiVersion: "coordination.k8s.io/v1", kind: "Lease", labelSelector: ClusterLabel.ClusterName, items }] };
