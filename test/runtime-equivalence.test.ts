@@ -95,7 +95,7 @@ async function seed(name: string, clock: ReturnType<typeof manualClock>, renewed
 }
 
 const clusterEvent = async (name: string) => objectEvent({ cluster: HUB, object: { apiVersion: "cluster.open-cluster-management.io/v1", kind: "ManagedCluster", ...(await admin.get<ManagedCluster>(ManagedClusterResource, name))! } });
-const leaseEvent = async (name: string) => objectEvent({ cluster: HUB, object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", ...(await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, name))! } });
+const leaseEvent = async (name: string) => objectEvent({ cluster: HUB, verb: "add", object: { apiVersion: "coordination.k8s.io/v1", kind: "Lease", ...(await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, name))! } });
 
 // What the function decided about a cluster, without the names and times that differ between the two.
 async function judged(name: string) {
