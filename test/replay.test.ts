@@ -315,7 +315,6 @@ for (const { dir, title, plane, broker } of recordings) {
     const variants: { name: string; events: () => Recorded[]; broker: boolean; concurrency?: number }[] = [
       { name: "shuffled", events: () => shuffled(objectEvents, 7), broker: true },
       { name: "shuffled, and delivered four at a time concurrently", events: () => shuffled(objectEvents, 13), broker: true, concurrency: 4 },
-      { name: "every event twice, each object's in reverse order, delivered six at a time concurrently", events: () => reversedWithinEachObject([...objectEvents, ...objectEvents]), broker: false, concurrency: 6 },
       { name: "every event twice, the copies shuffled apart", events: () => shuffled([...objectEvents, ...objectEvents], 11), broker: false },
       { name: "each object's events in reverse order", events: () => reversedWithinEachObject(objectEvents), broker: false },
       { name: "every third event dropped", events: () => objectEvents.filter((_, i) => i % 3 !== 2), broker: false },
