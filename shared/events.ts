@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { pathSegmentProblem, type KubeObject } from "./kube/client.ts";
 import type { Observed } from "./observed.ts";
+import { groupOf } from "./api/meta.ts";
 
 export const ApiServerSourceType = {
   ResourceAdd: "dev.knative.apiserver.resource.add",
@@ -74,7 +75,7 @@ const stateData = z.object({ object: z.unknown().optional(), observed: observedS
 // path-segment rule above: RBAC names, for one, may hold ":" and any character but "/" and "%".
 const customResourceGroup = /(^|\.)(open-cluster-management|ocm-functions)\.io$/;
 function kindNameProblem(apiVersion: string, name: string): string | undefined {
-  const group = apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "";
+  const group = groupOf(apiVersion);
   if (!customResourceGroup.test(group) || dns1123Subdomain.test(name)) return undefined;
   return `name ${JSON.stringify(name)} of a ${group} object must be a DNS-1123 subdomain (lower-case alphanumerics, '-' and '.', starting and ending with an alphanumeric)`;
 }

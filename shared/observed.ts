@@ -12,6 +12,7 @@
 // - a write to an object drops that kind's handed state: what comes after reads what is stored.
 import type { ApiResource } from "./api/meta.ts";
 import { KubeError } from "./kube/errors.ts";
+import { groupOf } from "./api/meta.ts";
 import { metrics } from "./metrics.ts";
 import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
 import type { LabelQuery } from "./selector-query.ts";
@@ -24,7 +25,6 @@ export type HandedObject = { cluster: string; apiVersion: string; kind: string; 
 export type HandedList = { cluster: string; apiVersion: string; kind: string; namespace?: string; labelSelector?: string; items: KubeObject[] };
 export type Observed = { objects: HandedObject[]; lists: HandedList[] };
 
-const groupOf = (apiVersion: string) => (apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "");
 const kindId = (cluster: string, group: string, kind: string) => `${cluster}|${group}|${kind}`;
 const objectId = (kind: string, namespace: string | undefined, name: string) => `${kind}|${namespace ?? ""}|${name}`;
 const seenId = (cluster: string, kind: string, o: KubeObject) => `${cluster}|${objectId(kind, o.metadata.namespace, o.metadata.name!)}`;
@@ -60,11 +60,7 @@ export function noteHanded(seen: Seen, observed: Observed): void {
 
 const observedReads = metrics.counter("ocmf_observed_reads_total", "Reads a function's reconcile made, by where the answer came from (handed: the event's observed state; api: a read on a miss; stale: handed but older than already seen, so read from the API; confirm: a re-read before the first write)", ["controller", "source"]);
 
-export type ObservedClients = {
-  cluster(name: string): KubeClient;
-  // how many of this delivery's reads the handed state answered (tests and logs)
-  handedReads(): number;
-};
+export type ObservedClients = { cluster(name: string): KubeClient };
 
 // Clients for one reconcile: `live(cluster)` is the function's own, `observed` what the event handed.
 export function observedClients(fn: string, live: (cluster: string) => KubeClient, observed: Observed, seen: Seen): ObservedClients {
@@ -78,9 +74,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
   const dropped = new Set<string>(); // kinds written to: their handed state no longer counts
   const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
-  let handed = 0;
   const clients = new Map<string, KubeClient>();
-
 
   // What the handed state says of one object: the object, known absent (null), or nothing (undefined).
   function lookup(cluster: string, r: ApiResource, name: string, namespace?: string): KubeObject | null | undefined {
@@ -114,7 +108,6 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       const found = lookup(cluster, r, name, namespace);
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
-        handed++;
         if (found) note(found, r.kind);
         const rv = found?.metadata.resourceVersion;
         if (!objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
@@ -133,10 +126,9 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       const match = byField && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id)
         ? (lists.get(id) ?? []).find((l) => l.namespace === o.namespace && (l.labelSelector || undefined) === (selector || undefined))
         : undefined;
-      if (match && byField && match.items.every((i) => fresh(i, r.kind))) {
+      if (match && match.items.every((i) => fresh(i, r.kind))) {
         observedReads.inc([fn, "handed"]);
-        handed++;
-        const items = match.items.filter(byField);
+        const items = match.items.filter(byField!);
         for (const i of items) note(i, r.kind);
         const versions = (items: readonly KubeObject[]) => items.map((i) => `${i.metadata.namespace ?? ""}/${i.metadata.name}@${i.metadata.resourceVersion}`).sort().join(",");
         const want = versions(items);
@@ -188,7 +180,6 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       if (!c) clients.set(name, (c = clientFor(name)));
       return c;
     },
-    handedReads: () => handed,
   };
 }
 

@@ -4,7 +4,7 @@
 // what a cache can vouch for is handed: an object it holds, or an absence where the cache's scope
 // would hold the object; anything else is left out and the function reads it from the API.
 import type { CloudEvent } from "cloudevents";
-import type { ApiResource } from "../../shared/api/meta.ts";
+import { groupOf, type ApiResource } from "../../shared/api/meta.ts";
 import { PingSourceType, StateExtension } from "../../shared/events.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { labelSelectorObject, matches } from "../../shared/label-match.ts";
@@ -26,7 +26,6 @@ export type Caches = (cluster: string, group: string, kind: string) => Cache | u
 type StateWatch = StateConfig["watches"][number];
 
 const labelsOf = (o: KubeObject) => (o.metadata.labels ?? {}) as Record<string, string>;
-const groupOf = (apiVersion: string) => (apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "");
 const selects = (selector: string | undefined, o: KubeObject) => !selector || matches(parsed(selector), labelsOf(o));
 // The few selectors of a relay's functions, parsed once each.
 const parsedSelectors = new Map<string, ReturnType<typeof labelSelectorObject>>();

@@ -11,6 +11,9 @@ export type ApiResource = {
   readonly namespaced: boolean;
 };
 
+// The API group of an apiVersion ("" for the core group's "v1").
+export const groupOf = (apiVersion: string) => (apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "");
+
 // Builders for Kubernetes field shapes. Each carries its OpenAPI extension or format in .meta(), so the
 // CRD generator reads it from the schema instead of a second description of the type.
 export const int32 = () => z.int32().meta({ format: "int32" });
