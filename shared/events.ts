@@ -19,6 +19,24 @@ export const PingSourceType = "dev.knative.sources.ping";
 // be) and { observed } for a tick.
 export const StateExtension = "ocmfstate";
 
+// Rechecks through a Broker (docs/relay.md, "Rechecks through a Broker"). A function behind a Broker
+// answers a delivery it wants to look at again with a RecheckType CloudEvent: the Broker takes the
+// reply, a Trigger routes it to a relay in recheck mode, and that relay sends a RecheckDueType event
+// back to the Broker at the time, naming the function in TargetExtension, so only that function's
+// Trigger passes it. Both carry the event that asked, whole, as data.
+export const RecheckType = "io.ocm-functions.recheck";
+export const RecheckDueType = "io.ocm-functions.recheck.due";
+export const TargetExtension = "ocmftarget";
+// A recheck further away than this is left to the periodic resync (and timers cannot hold days).
+export const MAX_RECHECK_MS = 3_600_000;
+const asked = z.looseObject({ specversion: z.string(), id: z.string().min(1), source: z.string().min(1), type: z.string().min(1) });
+export const RecheckRequestSchema = z.strictObject({
+  afterMs: z.number().int().nonnegative().max(MAX_RECHECK_MS),
+  event: asked.describe("the CloudEvent that asked, attributes and data, as structured mode writes it"),
+});
+export type RecheckRequest = z.infer<typeof RecheckRequestSchema>;
+export const RecheckDueSchema = asked;
+
 export type ObjectRef = { apiVersion: string; kind: string; namespace?: string; name: string };
 export type ObjectEvent = {
   type: "object";

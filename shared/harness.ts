@@ -17,7 +17,8 @@
 // Every log line of a delivery carries { ce: the CloudEvent id, fn: the function, key } (key once
 // there is one).
 import type { Clock } from "./clock.ts";
-import { parseEvent, type FunctionEvent, type TickEvent } from "./events.ts";
+import { randomUUID } from "node:crypto";
+import { MAX_RECHECK_MS, parseEvent, RecheckDueSchema, RecheckDueType, RecheckType, TargetExtension, type FunctionEvent, type TickEvent } from "./events.ts";
 import { classifyError, decisionOf, missingPermission, type Decision, type MissingPermission } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
 import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
@@ -66,6 +67,9 @@ export type FunctionSpec<Config> = {
 };
 
 export type Reply = { statusCode: number; body?: string; headers?: Record<string, string> };
+// The answer that asks a relay delivering straight to the function to send the event again after so
+// many milliseconds (components/relay/sinks.ts).
+export const RECHECK_HEADER = "x-recheck-after-ms";
 
 // What the harness counts (docs/metrics.md), under controller-runtime's names where it has one; the
 // controller label is the function's name.
@@ -74,7 +78,7 @@ const reconcileErrors = metrics.counter("controller_runtime_reconcile_errors_tot
 const reconcileTime = metrics.histogram("controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller", ["controller"], RECONCILE_TIME_BUCKETS);
 const activeWorkers = metrics.gauge("controller_runtime_active_workers", "Number of reconciles running now per controller (keys in flight)", ["controller"]);
 const queueDepth = metrics.gauge("workqueue_depth", "Keys waiting for their turn: an earlier reconcile of the same key still runs", ["name"]);
-const eventsReceived = metrics.counter("ocmf_events_received_total", "CloudEvents received per function, by type (object, tick, malformed)", ["controller", "type"]);
+const eventsReceived = metrics.counter("ocmf_events_received_total", "CloudEvents received per function, by type (object, tick, recheck, malformed)", ["controller", "type"]);
 const eventsSkipped = metrics.counter("ocmf_events_skipped_total", "CloudEvents that woke no reconcile, by reason class", ["controller", "reason"]);
 const failures = metrics.counter("ocmf_errors_total", "Failures per function by stage (keys, reconcile) and class (rbac-defect, denied, conflict, transient, not-found, already-exists, unauthorized, invalid, unknown)", ["controller", "stage", "class"]);
 
@@ -83,8 +87,7 @@ const CONFLICT_RETRIES = 3;
 // the event that needs them: a call the authorizer refused (never one admission denied) is tried again
 // a few times at once, then it is a permission missing.
 const FORBIDDEN_RETRY_DELAYS_MS = [200, 500];
-// A recheck further away than this is left to the periodic resync (and timers cannot hold days).
-export const MAX_RECHECK_MS = 3_600_000;
+export { MAX_RECHECK_MS };
 
 // JSON lines, one object per decision, as a log pipeline wants them: on stderr, to `out`, or nowhere.
 export function jsonLog(fn: string, out?: "quiet" | ((line: string) => void)): Log {
@@ -273,17 +276,70 @@ function sweepOnce<C>(spec: FunctionSpec<C>, io: Io<C>, tick: TickEvent, ce: str
   return sweep;
 }
 
-export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudevent: Record<string, unknown> | undefined): Promise<Reply> {
-  const parsed = parseEvent(cloudevent);
-  eventsReceived.inc([spec.name, parsed.ok ? (parsed.event.type === "tick" ? "tick" : "object") : "malformed"]);
+// How a function asks to be called again (`recheckInMs`): "header", the x-recheck-after-ms answer a relay
+// that delivers straight to it honours; "event", that header and a RecheckType CloudEvent as the reply,
+// which a Broker takes back and a relay in recheck mode re-delivers at the time (shared/events.ts).
+export type Rechecks = "header" | "event";
+
+export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudevent: Record<string, unknown> | undefined, rechecks: Rechecks = "header"): Promise<Reply> {
   // A valid event has a non-empty string id; a malformed one's is logged only if it is a string.
   const ce = typeof cloudevent?.id === "string" ? cloudevent.id : undefined;
-  if (!parsed.ok) {
+  const rejected = (reason: string): Reply => {
     eventsSkipped.inc([spec.name, "malformed"]);
-    withFields(io.log, { ce, fn: spec.name }).warn({ reason: parsed.reason }, "rejected: malformed event");
-    return { statusCode: 400, body: parsed.reason };
+    withFields(io.log, { ce, fn: spec.name }).warn({ reason }, "rejected: malformed event");
+    return { statusCode: 400, body: reason };
+  };
+  // A recheck that is due carries the event that asked for it: that event is judged again, with what
+  // the API says now (state it handed then is old by now).
+  let asked = cloudevent;
+  if (cloudevent?.type === RecheckDueType) {
+    eventsReceived.inc([spec.name, "recheck"]);
+    if (cloudevent[TargetExtension] !== spec.name) {
+      eventsSkipped.inc([spec.name, "not-watched"]);
+      withFields(io.log, { ce, fn: spec.name }).info({ target: cloudevent[TargetExtension] }, "skipped: a recheck for another function");
+      return { statusCode: 204 };
+    }
+    const inner = RecheckDueSchema.safeParse(typeof cloudevent.data === "string" ? safeJson(cloudevent.data) : cloudevent.data);
+    if (!inner.success) return rejected(`recheck: the data is not the CloudEvent that asked: ${inner.error.issues.map((i) => `${i.path.join(".") || "data"}: ${i.message}`).join("; ")}`);
+    asked = inner.data;
+    withFields(io.log, { ce, fn: spec.name }).info({ recheckOf: inner.data.id }, "recheck due: judging the event again");
   }
-  return parsed.event.type === "tick" ? sweepOnce(spec, io, parsed.event, ce!) : handleParsed(spec, io, parsed.event, ce!);
+  const parsed = parseEvent(asked);
+  if (asked === cloudevent) eventsReceived.inc([spec.name, parsed.ok ? (parsed.event.type === "tick" ? "tick" : "object") : "malformed"]);
+  if (!parsed.ok) return rejected(parsed.reason);
+  const event: FunctionEvent = asked === cloudevent ? parsed.event : { ...parsed.event, observed: undefined };
+  const reply = await (event.type === "tick" ? sweepOnce(spec, io, event, ce!) : handleParsed(spec, io, event, ce!));
+  return rechecks === "event" ? withRecheckEvent(spec.name, reply, asked!) : reply;
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+// The reply a Broker takes back when the function asks to be called again: a RecheckType CloudEvent in
+// binary mode, naming the function, with the event that asked; its cluster extension is that event's.
+function withRecheckEvent(fn: string, reply: Reply, asked: Record<string, unknown>): Reply {
+  const after = reply.headers?.[RECHECK_HEADER];
+  if (reply.statusCode !== 204 || after === undefined) return reply;
+  const cluster: Record<string, string> = typeof asked.cluster === "string" ? { "ce-cluster": asked.cluster } : {};
+  return {
+    statusCode: 200,
+    headers: {
+      ...reply.headers,
+      "ce-specversion": "1.0",
+      "ce-id": randomUUID(),
+      "ce-type": RecheckType,
+      "ce-source": `/ocm-functions/${fn}`,
+      [`ce-${TargetExtension}`]: fn,
+      ...cluster,
+      "content-type": "application/json",
+    },
+    body: JSON.stringify({ afterMs: Number(after), event: asked }),
+  };
 }
 
 // `io` is the process's (its identity names the key queues and sweeps); the delivery's own logs go
@@ -330,15 +386,15 @@ async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: Function
   // Then one answer for all, by the rule in this file's header; done, with the soonest recheck (read
   // by relays; a Broker drops it), only when no key failed.
   if (failed.length) return replyFor(failed);
-  return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { "x-recheck-after-ms": String(Math.ceil(recheckInMs)) } };
+  return { statusCode: 204, headers: recheckInMs === undefined ? undefined : { [RECHECK_HEADER]: String(Math.ceil(recheckInMs)) } };
 }
 
 // The function's entry point (faas-js-runtime's handle contract, served by shared/cloudevents-server.ts): `export const handle = serve(spec, makeIo)`.
-export function serve<C>(spec: FunctionSpec<C>, makeIo: () => Io<C>): (context: unknown, cloudevent?: unknown) => Promise<Reply> {
+export function serve<C>(spec: FunctionSpec<C>, makeIo: () => Io<C>, rechecks: Rechecks = "header"): (context: unknown, cloudevent?: unknown) => Promise<Reply> {
   let io: Io<C> | undefined;
   return async (_context, cloudevent) => {
     io ??= makeIo();
-    return labelled(await handleEvent(spec, io, cloudevent as Record<string, unknown> | undefined));
+    return labelled(await handleEvent(spec, io, cloudevent as Record<string, unknown> | undefined, rechecks));
   };
 }
 

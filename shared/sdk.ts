@@ -21,7 +21,8 @@ import type { KubeObject } from "./kube/client.ts";
 import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
 import { readEnvSettings, variableOf } from "./env-settings.ts";
 import { ioFromEnv } from "./function-env.ts";
-import { classified, serve, type FunctionSpec, type Io, type Key, type Outcome, type Reply, type Skip } from "./harness.ts";
+import { configError } from "./env-settings.ts";
+import { classified, serve, type Rechecks, type FunctionSpec, type Io, type Key, type Outcome, type Reply, type Skip } from "./harness.ts";
 
 // What a function file needs besides defineFunction, from the same import.
 export { z };
@@ -117,6 +118,16 @@ export type MultiClusterFunction<C> = {
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
+// How the function asks to be called again (shared/harness.ts Rechecks): the render sets "event" for a
+// function a Broker feeds; unset, the x-recheck-after-ms answer alone, for a relay that feeds it.
+export const RechecksVariable = "OCMF_RECHECKS";
+function rechecksFrom(fn: string, env: NodeJS.ProcessEnv): Rechecks {
+  const value = env[RechecksVariable];
+  if (value === undefined || value === "" || value === "header") return "header";
+  if (value === "event") return "event";
+  throw configError(fn, RechecksVariable, value, '"header" or "event"');
+}
+
 export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
   if (!DNS_LABEL.test(d.name)) throw new Error(`defineFunction: name ${JSON.stringify(d.name)} is not a DNS label`);
   const configFromEnv = (env: NodeJS.ProcessEnv): C => d.config.parse(d.env ? d.env(env) : readEnvSettings(d.name, d.config, env));
@@ -127,7 +138,7 @@ export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
   };
   const handler = (env: NodeJS.ProcessEnv = process.env) => {
     const io = ioFromEnv(d.name, configFromEnv, env, (field) => variableOf(d.config, field));
-    return serve(spec, () => io);
+    return serve(spec, () => io, rechecksFrom(d.name, env));
   };
   const ticks = !!d.resyncSeconds || d.resync !== undefined;
   return { definition: d, spec, configFromEnv, handler, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks) };

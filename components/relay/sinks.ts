@@ -11,7 +11,8 @@ import { after, clampTimerMs } from "../../shared/timers.ts";
 import { metrics } from "../../shared/metrics.ts";
 
 // What shared/harness.ts answers when a reconcile returns { recheckInMs }.
-export const RECHECK_HEADER = "x-recheck-after-ms";
+import { RECHECK_HEADER } from "../../shared/harness.ts";
+export { RECHECK_HEADER };
 
 export type Envelope = {
   key: string; // one object (or one cluster's tick) as one source sees it
