@@ -125,6 +125,13 @@ export const MetricsSchema = z.strictObject({
   host: z.string().min(1).default("127.0.0.1"),
 });
 
+// A Trigger reaches the pod on its Service, so the default is every interface.
+export const RechecksSchema = z.strictObject({
+  port: z.number().int().min(0).max(65_535),
+  host: z.string().min(1).default("0.0.0.0"),
+  source: name.default("/ocm-functions/rechecks"),
+});
+
 export const RelayConfigSchema = z
   .object({
     clusters: z.record(name, CredentialsSchema),
@@ -140,6 +147,9 @@ export const RelayConfigSchema = z
     metrics: MetricsSchema.optional(),
     // the observed state the K_SINK sink hands (a ContainerSource's one function), as a sink's `state`
     kSinkState: StateSchema.optional(),
+    // recheck mode (rechecks.ts): where the relay takes functions' recheck requests, which it sends to
+    // its sinks when they are due
+    rechecks: RechecksSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
     if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {

@@ -18,9 +18,10 @@ try {
   log.error({ error: err instanceof Error ? err.message : String(err) }, "not started");
   process.exit(2);
 }
-// A metrics port that cannot be had ends the process at start, like a bad setting.
+// A metrics or recheck port that cannot be had ends the process at start, like a bad setting.
 try {
   await relay.metrics;
+  await relay.rechecks;
 } catch {
   await relay.stop();
   process.exit(2);

@@ -1,7 +1,7 @@
 // The relay's wiring: credentials per cluster, one source per watched (cluster, resource, selector),
 // changes turned into CloudEvents and routed to every sink whose filter passes them, resync ticks per
-// cluster (at the interval the agent settings give, when configured so), recording, and a stop() that
-// ends watches, retries and timers. With `metrics` configured it answers GET /metrics on that port.
+// cluster (at the interval the agent settings give, when configured so), recording, in recheck mode
+// functions' rechecks held until due (rechecks.ts), and a stop() that ends watches, retries and timers. With `metrics` configured it answers GET /metrics on that port.
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { jsonLog, type Log } from "../../shared/harness.ts";
 import { metrics } from "../../shared/metrics.ts";
@@ -16,6 +16,8 @@ import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
 import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
 import { observedFor, withObserved, type Cache } from "./state.ts";
+import { startRechecks } from "./rechecks.ts";
+import type { CloudEventServer } from "../../shared/cloudevents-server.ts";
 import type { StateConfig } from "./config.ts";
 
 export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log; every?: Every };
@@ -32,6 +34,8 @@ export type Relay = {
   readonly ready: Promise<void>;
   // The metrics endpoint once it listens (rejects when it cannot: a port in use); undefined when not configured.
   readonly metrics?: Promise<MetricsEndpoint>;
+  // In recheck mode, the server taking recheck requests once it listens.
+  readonly rechecks?: Promise<CloudEventServer>;
   status(): RelayStatus;
   // What the watch caches hold: objects, and their size as JSON (each serialised: for measuring only).
   cacheSize(): { objects: number; jsonBytes: number };
@@ -131,8 +135,12 @@ export function startRelay(options: RelayOptions): Relay {
     settings: settingsRef && { ref: settingsRef, credentials: providers.get(settingsRef.cluster)!, watch: config.watch },
   });
 
+  const rechecks = config.rechecks && startRechecks({ ...config.rechecks, clock, log, route });
+  rechecks?.listening.catch((err: Error) => log.error({ port: config.rechecks!.port, error: err.message }, "rechecks: cannot listen"));
+
   log.info(
     {
+      rechecks: config.rechecks,
       sources: sources.map((s) => s.name),
       sinks: config.sinks.map((s) => ({ name: s.name, url: s.url, filter: s.filter ?? {} })),
       resyncMs: config.resync.intervalMs,
@@ -149,6 +157,7 @@ export function startRelay(options: RelayOptions): Relay {
   let stopped: Promise<void> | undefined;
   return {
     metrics: endpoint,
+    rechecks: rechecks?.listening,
     ready: Promise.all([...sources.map((s) => s.ready), resync.ready]).then(() => {}),
     cacheSize: () => {
       const all = sources.flatMap((s) => s.objects());
@@ -162,8 +171,8 @@ export function startRelay(options: RelayOptions): Relay {
     }),
     stop() {
       stopped ??= (async () => {
-        // Ticks and sources first, so nothing new is routed to sinks that are stopping.
-        await Promise.all([resync.stop(), ...sources.map((s) => s.stop())]);
+        // Ticks, sources and held rechecks first, so nothing new is routed to sinks that are stopping.
+        await Promise.all([resync.stop(), ...sources.map((s) => s.stop()), rechecks?.stop()]);
         await Promise.all(sinks.map((s) => s.sink.stop()));
         await Promise.all([...providers.values()].map((p) => p.stop()));
         await endpoint?.then((e) => e.close(), () => {});
