@@ -14,6 +14,8 @@ import { watchesOf } from "../cli/render/definitions.ts";
 import { mergeWatches } from "../cli/render/sources.ts";
 import { functionEnv, readManifests } from "../cli/render/objects.ts";
 import { spokeEnvValues } from "../cli/render/spoke.ts";
+import { RecheckDueType, RecheckType, TargetExtension } from "../shared/events.ts";
+import { RechecksVariable } from "../shared/sdk.ts";
 
 const root = join(import.meta.dirname, "..");
 
@@ -77,16 +79,33 @@ describe("a render", () => {
   });
 
   it("has 11 hub and 6 spoke functions, each on its own side only", () => {
-    expect(of(hub, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "hub").map((f) => f.name));
-    expect(of(spoke, "Service").map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "spoke").map((f) => f.name));
-    expect([of(hub, "Service").length, of(spoke, "Service").length]).toEqual([11, 6]);
+    const kservices = (objects: Manifest[]) => of(objects, "Service").filter((s) => s.apiVersion === "serving.knative.dev/v1");
+    expect(kservices(hub).map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "hub").map((f) => f.name));
+    expect(kservices(spoke).map((s) => s.metadata.name)).toEqual(functions.filter((f) => f.side === "spoke").map((f) => f.name));
+    expect([kservices(hub).length, kservices(spoke).length]).toEqual([11, 6]);
   });
 
-  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions", ({ name, f, objects }) => {
+  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions and its own due rechecks", ({ name, f, objects }) => {
     const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
     expect(mine.map((t) => t.metadata.name)).toEqual([name]);
-    expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual(f.deploy.subscriptions);
+    const ownRechecks = { source: mine[0]!.spec.broker, filters: { type: RecheckDueType, [TargetExtension]: name } };
+    expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual([...f.deploy.subscriptions, ownRechecks]);
     expect(new Set(mine.map((t) => t.spec.subscriber.ref.kind))).toEqual(new Set(["Service"]));
+  });
+
+  it("routes the Broker's recheck requests, on the hub and on the spoke, to a relay pod in recheck mode whose due rechecks go back to that Broker", () => {
+    for (const [objects, name] of [[hub, "ocm-hub-rechecks"], [spoke, "ocm-relay"]] as const) {
+      const trigger = of<Trigger>(objects, "Trigger").find((t) => t.metadata.name === name)!;
+      expect(trigger.spec).toMatchObject({ filter: { attributes: { type: RecheckType } }, subscriber: { ref: { apiVersion: "v1", kind: "Service", name } } });
+      const service = of<Manifest & { spec: { selector: Record<string, string>; ports: { targetPort: number }[] } }>(objects, "Service").find((s) => s.apiVersion === "v1" && s.metadata.name === name)!;
+      const source = objects.find((o) => o.kind === "ContainerSource" && o.metadata.name === name)! as Manifest & { spec: { sink: { ref: { kind: string; name: string } }; template: { metadata: { labels: Record<string, string> }; spec: { containers: { env: { name: string; value: string }[]; ports: { containerPort: number }[] }[] } } } };
+      // the Service reaches the ContainerSource's pods, on the port the relay takes rechecks on
+      expect(source.spec.template.metadata.labels).toMatchObject(service.spec.selector);
+      const config = configFromEnvironment(source.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, { K_SINK: "http://broker.example" });
+      expect(config.rechecks?.port).toBe(service.spec.ports[0]!.targetPort);
+      expect(source.spec.template.spec.containers[0]!.ports.map((p) => p.containerPort)).toContain(config.rechecks!.port);
+      expect(source.spec.sink.ref).toMatchObject({ kind: "Broker", name: trigger.spec.broker });
+    }
   });
 
   // The lease monitor asks to look again when a lease would expire; a Broker drops that answer.
@@ -128,7 +147,9 @@ describe("a render", () => {
     const { spec } = service.spec.template;
     expect(spec.serviceAccountName).toBe(f.deploy.serviceAccountName);
     const filled: Record<string, string> = { "{{ env:SPOKE_CLUSTER_NAME }}": "edge-7", "{{ env:SPOKE_EXTERNAL_SERVER_URLS }}": "https://edge-7.example:6443" };
-    expect(spec.containers[0]!.env).toEqual(f.run.envs.map((e) => ({ name: e.name, value: filled[e.value] ?? e.value })));
+    // a function a Broker feeds answers a recheck with a CloudEvent (shared/harness.ts Rechecks)
+    const rechecks = isRelayFed(f) || isSpokeRelayFed(f) ? [] : [{ name: RechecksVariable, value: "event" }];
+    expect(spec.containers[0]!.env).toEqual([...f.run.envs.map((e) => ({ name: e.name, value: filled[e.value] ?? e.value })), ...rechecks]);
     expect(spec.containers[0]!.image).toBe(`dev.local/ocm-functions/${name}:latest`);
     expect(service.spec.template.metadata.annotations["autoscaling.knative.dev/min-scale"]).toBe(String(f.deploy.options?.scale?.min ?? 0));
     const bindings = objects.filter((o) => o.kind.endsWith("Binding") && (o.subjects as { name: string }[] | undefined)?.some((s) => s.name === f.deploy.serviceAccountName));

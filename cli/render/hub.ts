@@ -25,6 +25,10 @@ import {
   ocmCrds,
   namespace,
   readManifests,
+  recheckRoute,
+  RechecksEnv,
+  RECHECKS_PORT,
+  rechecksLabels,
   triggers,
   withPartOf,
   type CommonOptions,
@@ -136,6 +140,43 @@ function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Mani
   ];
 }
 
+export const HubRechecksName = "ocm-hub-rechecks";
+
+// The relay in recheck mode for the functions the Broker feeds (cli/render/objects.ts recheckRoute): it
+// watches nothing, so its identity has no role and no token.
+function hubRechecks(ns: string, brokerName: string, o: HubOptions): Manifest[] {
+  const name = HubRechecksName;
+  const config: RelayConfigInput = { clusters: {}, resync: { intervalMs: 0 }, rechecks: { port: RECHECKS_PORT } };
+  return [
+    { apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns }, automountServiceAccountToken: false },
+    {
+      apiVersion: "sources.knative.dev/v1",
+      kind: "ContainerSource",
+      metadata: { name, namespace: ns },
+      spec: {
+        template: {
+          metadata: { labels: rechecksLabels(name) },
+          spec: {
+            serviceAccountName: name,
+            containers: [
+              {
+                name: "relay",
+                image: imageOf(o, "relay"),
+                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(config, { lineWidth: 0 }) }],
+                ports: [{ name: "http", containerPort: RECHECKS_PORT }],
+                readinessProbe: { httpGet: { path: "/health/readiness", port: RECHECKS_PORT } },
+                resources: { requests: { cpu: "5m", memory: "48Mi" }, limits: { memory: defaultResources.limits.memory } },
+              },
+            ],
+          },
+        },
+        sink: brokerRef(brokerName),
+      },
+    },
+    ...recheckRoute(name, ns, brokerName),
+  ];
+}
+
 // What `clusteradm get token` reads: it asks for a token (TokenRequest) of the ServiceAccount
 // open-cluster-management/agent-registration-bootstrap (clusteradm:pkg/helpers/client.go,
 // GetBootstrapTokenFromSA), which OCM's cluster-manager creates for `clusteradm init`. We create the
@@ -158,7 +199,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
   const ns = o.namespace ?? HubNamespaceDefault;
   const fns: Deployed[] = readFunctions()
     .filter((f) => f.side === "hub")
-    .map((f) => ({ ...f, env: functionEnv(f, o.env ?? {}) }));
+    .map((f) => ({ ...f, env: [...functionEnv(f, o.env ?? {}), ...(isRelayFed(f) ? [] : [RechecksEnv])] }));
   const envs = new Map(fns.map((f) => [f.name, f.env]));
   // The `cluster` extension every event needs (shared/events.ts): the hub's name as its functions know it.
   const names = new Set(fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME") ?? "hub"));
@@ -185,7 +226,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
       ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o)),
     );
   }
-  objects.push(...sourceIdentity(ns, watches), {
+  objects.push(...hubRechecks(ns, brokerName, o), ...sourceIdentity(ns, watches), {
     apiVersion: "sources.knative.dev/v1",
     kind: "ApiServerSource",
     metadata: { name: ApiServerSourceName, namespace: ns },

@@ -5,6 +5,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import type { FunctionDeployment } from "./func-yaml.ts";
+import { RecheckDueType, RecheckType, TargetExtension } from "../../shared/events.ts";
+import { RechecksVariable } from "../../shared/sdk.ts";
 
 export type Manifest = {
   apiVersion: string;
@@ -238,9 +240,11 @@ export function triggerFilters(spec: TriggerSpec): Record<string, string>[] {
 // One Trigger per function and Broker, letting through what any of its func.yaml subscriptions to that
 // Broker names. Not one per subscription: with the channel-based Broker each Trigger is a Subscription
 // on the Broker's channel, so every event goes to the filter once per Trigger (76 times for our hub).
+// Each also lets through the function's own due rechecks (recheckRoute).
 export function triggers(f: FunctionDeployment, ns: string, o: CommonOptions = {}): Manifest[] {
   const bySource = new Map<string, Record<string, string>[]>();
   for (const { source, filters } of f.deploy.subscriptions) bySource.set(source, [...(bySource.get(source) ?? []), filters]);
+  for (const [source, list] of bySource) bySource.set(source, [...list, { type: RecheckDueType, [TargetExtension]: f.name }]);
   return [...bySource.entries()].map(([source, list]) => {
     const name = bySource.size === 1 ? f.name : `${f.name}-${source}`;
     if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`functions/${f.name}/func.yaml: Trigger name ${name} is not a DNS label`);
@@ -257,3 +261,27 @@ export function triggers(f: FunctionDeployment, ns: string, o: CommonOptions = {
 
 // The Brokers the functions subscribe to (func.yaml's subscriptions[].source names one).
 export const brokerNames = (fns: readonly FunctionDeployment[]) => [...new Set(fns.flatMap((f) => f.deploy.subscriptions.map((s) => s.source)))].sort();
+
+// Rechecks through a Broker (docs/relay.md, "Rechecks through a Broker"): a function a Broker feeds
+// answers a recheck with a CloudEvent (RechecksEnv), the Broker takes it back, and this Trigger routes
+// it to a relay pod in recheck mode, reached on a Service of the same name, which sends it to the Broker
+// again when it is due; the function's own Trigger (triggers) lets that through to it alone.
+export const RechecksEnv = { name: RechecksVariable, value: "event" } as const;
+export const RECHECKS_PORT = 8080;
+export const rechecksLabels = (name: string) => ({ "app.kubernetes.io/name": name });
+export function recheckRoute(name: string, ns: string, brokerName: string): Manifest[] {
+  return [
+    {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { name, namespace: ns, labels: rechecksLabels(name) },
+      spec: { selector: rechecksLabels(name), ports: [{ name: "http", port: 80, targetPort: RECHECKS_PORT }] },
+    },
+    {
+      apiVersion: "eventing.knative.dev/v1",
+      kind: "Trigger",
+      metadata: { name, namespace: ns },
+      spec: { broker: brokerName, filter: { attributes: { type: RecheckType } }, subscriber: { ref: { apiVersion: "v1", kind: "Service", name } } },
+    },
+  ];
+}

@@ -23,6 +23,10 @@ import {
   namespace,
   ocmCrds,
   readManifests,
+  recheckRoute,
+  RechecksEnv,
+  RECHECKS_PORT,
+  rechecksLabels,
   triggers,
   withPartOf,
   type CommonOptions,
@@ -65,6 +69,8 @@ export function relayConfig(fns: readonly Deployed[], o: { spoke: string; hub: s
     sources,
     ...(direct.length ? { sinks: direct } : {}),
     resync: { intervalMs: o.resyncSeconds * 1000 },
+    // the Broker-fed functions' rechecks (cli/render/objects.ts recheckRoute)
+    rechecks: { port: RECHECKS_PORT },
     // relayResyncSeconds of the active AgentConfig settings, when one is assigned (docs/agent-config.md)
     agentSettings: agentSettingsCheckpoint(o.spoke, o.agentNamespace),
   };
@@ -115,6 +121,7 @@ function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerN
     metadata: { name: RelayName, namespace: o.ns },
     spec: {
       template: {
+        metadata: { labels: rechecksLabels(RelayName) },
         spec: {
           serviceAccountName: RelayAccount,
           containers: [
@@ -124,6 +131,7 @@ function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerN
               // K_SINK (the Broker) is injected; the relay names each event's cluster itself, so no
               // ceOverrides: their extensions would replace that `cluster` on every event.
               env: [{ name: "OCM_RELAY_CONFIG", value: stringify(o.config, { lineWidth: 0 }) }],
+              ports: [{ name: "http", containerPort: RECHECKS_PORT }],
               resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
             },
           ],
@@ -139,7 +147,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   const values = spokeEnvValues(o);
   const fns: Deployed[] = readFunctions()
     .filter((f) => f.side === "spoke")
-    .map((f) => ({ ...f, env: functionEnv(f, values) }));
+    .map((f) => ({ ...f, env: [...functionEnv(f, values), ...(isSpokeRelayFed(f) ? [] : [RechecksEnv])] }));
   const envs = new Map(fns.map((f) => [f.name, f.env]));
   const one = (what: string, values: (string | undefined)[]) => {
     const set = new Set(values.filter((v) => v !== undefined));
@@ -171,6 +179,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   objects.push(
     ...identity({ account: RelayAccount, namespace: ns, roles: readManifests("rbac", "relay-spoke.yaml") }),
     relay({ ...o, ns, config, brokerName }),
+    ...recheckRoute(RelayName, ns, brokerName),
     ...identity({ account: HeartbeatAccount, namespace: ns, roles: readManifests("rbac", "heartbeat.yaml") }),
     heartbeat({ ...o, ns, clusterName }),
   );

@@ -186,7 +186,15 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       }),
     );
 
+    // A relay in recheck mode takes recheck requests on a core Service named as its ContainerSource
+    // (cli/render/objects.ts recheckRoute): here, on a loopback port of its own.
+    const rechecks = new Map<string, number>();
+    for (const cs of containerSources) {
+      const env = envOf(cs.spec.template.spec.containers[0]!, `ContainerSource ${name(cs)}`);
+      if ((parse(env.OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput).rechecks) rechecks.set(name(cs), await freePort());
+    }
     const urlOf = (ref: Ref) => {
+      if (ref.kind === "Service" && ref.apiVersion === "v1" && rechecks.has(ref.name)) return `http://127.0.0.1:${rechecks.get(ref.name)}/`;
       const url = ref.kind === "Service" && ref.apiVersion.startsWith("serving.knative.dev/") ? functions.get(ref.name) : undefined;
       if (!url) throw new Error(`no running function for ${ref.kind} ${ref.name}`);
       return url;
@@ -196,7 +204,8 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
     const brokerSinks = (broker: string): Sink[] => {
       const bySubscriber = new Map<string, Record<string, string>[]>();
       for (const t of triggers.filter((x) => x.spec.broker === broker)) bySubscriber.set(t.spec.subscriber.ref.name, [...(bySubscriber.get(t.spec.subscriber.ref.name) ?? []), ...triggerFilters(t.spec)]);
-      return [...bySubscriber.entries()].map(([fn, filters]) => ({ name: fn, url: urlOf({ apiVersion: "serving.knative.dev/v1", kind: "Service", name: fn }), filters }));
+      const refs = new Map(triggers.filter((x) => x.spec.broker === broker).map((t) => [t.spec.subscriber.ref.name, t.spec.subscriber.ref]));
+      return [...bySubscriber.entries()].map(([fn, filters]) => ({ name: fn, url: urlOf(refs.get(fn)!.apiVersion === "v1" ? refs.get(fn)! : { apiVersion: "serving.knative.dev/v1", kind: "Service", name: fn }), filters }));
     };
     const sinkOf = (ref: Ref): { sinks: Sink[] } | { kSink: string } => (ref.kind === "Broker" ? { sinks: brokerSinks(ref.name) } : { kSink: urlOf(ref) });
 
@@ -215,6 +224,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       });
       const sink = sinkOf(cs.spec.sink.ref);
       if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
+      if (config.rechecks) config.rechecks = { ...config.rechecks, host: "127.0.0.1", port: rechecks.get(name(cs))! };
       start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
