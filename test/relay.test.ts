@@ -8,7 +8,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync, existsSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { HTTP, type CloudEvent } from "cloudevents";
+import { CloudEvent as CloudEventClass, HTTP, type CloudEvent } from "cloudevents";
 import { stringify } from "yaml";
 import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { startProcess, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
@@ -22,7 +22,7 @@ import type { AgentSettings } from "../shared/api/agent-config.ts";
 import { checkpointData, CheckpointConfigMapName, installTimeConfig, settingsHash } from "../shared/agent-config.ts";
 import { createOrUpdate } from "../shared/apply.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";
-import { parseEvent, PingSourceType, type ParseResult } from "../shared/events.ts";
+import { parseEvent, PingSourceType, RecheckDueType, RecheckType, TargetExtension, type ParseResult } from "../shared/events.ts";
 import { done, serve, type FunctionSpec, type Log } from "../shared/harness.ts";
 import { hubEndpoint, hubKubeconfig } from "../shared/hub-credentials.ts";
 import { issueCertificate } from "../shared/pki.ts";
@@ -405,6 +405,62 @@ describe("delivery", () => {
     await eventually(() => expect(r.status().sinks[0]!.rechecks).toBe(1));
     await eventually(() => expect(calls.filter((c) => c.name === "r1").map((c) => `${c.verb}:${c.v}`)).toEqual(["add:1", "update:2", "add:2"]));
     expect(r.status().sinks[0]).toMatchObject({ delivered: 3, rejected: 0 });
+  });
+
+  it("in recheck mode holds a Broker-fed function's recheck reply until it is due, then sends it to its sink naming the function, which judges the event that asked again", async () => {
+    const judged: string[] = [];
+    let looks = 0;
+    const spec: FunctionSpec<unknown> = {
+      name: "recheck-probe",
+      keys(event) {
+        if (event.type !== "object") return { skip: "not an object event" };
+        judged.push(`${event.verb} ${event.ref.name}`);
+        return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
+      },
+      async reconcile() {
+        return ++looks === 1 ? { recheckInMs: 300 } : done;
+      },
+    };
+    // the function as the render deploys it behind a Broker: it answers a recheck with a CloudEvent
+    const fn = await startFunctionServer(serve(spec, () => testIo({}, {}), "event"));
+    cleanups.push(() => fn.close());
+    // the relay as the render deploys it for the Broker's rechecks; its sink stands where the Broker
+    // would be, behind the function's Trigger filter
+    const r = relay({ clusters: {}, rechecks: { port: 0, host: "127.0.0.1" }, sinks: [{ name: "broker", url: fn.url, filter: { type: RecheckDueType, [TargetExtension]: spec.name } }] });
+    const rechecks = await r.rechecks!;
+    const post = (url: string, m: { headers: Record<string, string>; body: unknown }) => fetch(url, { method: "POST", headers: m.headers, body: typeof m.body === "string" ? m.body : JSON.stringify(m.body) });
+    const asked = new CloudEventClass({
+      type: "dev.knative.apiserver.resource.add",
+      source: "https://hub.example:6443",
+      id: "asked-1",
+      cluster: "hub",
+      kind: "ConfigMap",
+      apiversion: "v1",
+      name: "c1",
+      namespace: "ns1",
+      datacontenttype: "application/json",
+      data: { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "c1", namespace: "ns1", resourceVersion: "7" } },
+    });
+    // The Broker's delivery, and the function's answer, which the Broker takes as an event.
+    const answer = await post(fn.url, HTTP.binary(asked) as { headers: Record<string, string>; body: unknown });
+    const reply = { headers: Object.fromEntries(answer.headers), body: await answer.text() };
+    expect([answer.status, reply.headers["ce-type"], reply.headers[`ce-${TargetExtension}`], reply.headers["ce-cluster"], reply.headers["x-recheck-after-ms"]]).toEqual([200, RecheckType, spec.name, "hub", "300"]);
+    expect(JSON.parse(reply.body)).toMatchObject({ afterMs: 300, event: { id: "asked-1", name: "c1" } });
+    // The Trigger for recheck requests delivers the reply to the relay, which takes it (202) and holds it.
+    const held = await post(rechecks.url, { headers: Object.fromEntries(Object.entries(reply.headers).filter(([k]) => k.startsWith("ce-") || k === "content-type")), body: reply.body });
+    expect(held.status).toBe(202);
+    await eventually(() => expect(judged).toEqual(["add c1", "add c1"]));
+    expect(looks).toBe(2);
+    expect(r.status().sinks[0]).toMatchObject({ delivered: 1, rejected: 0 });
+    // A due recheck for another function is not this one's to judge; a request that is not a recheck,
+    // or whose data is not one, changes nothing and says why.
+    const other = await post(fn.url, HTTP.binary(new CloudEventClass({ type: RecheckDueType, source: "/ocm-functions/rechecks", [TargetExtension]: "someone-else", datacontenttype: "application/json", data: asked.toJSON() })) as { headers: Record<string, string>; body: unknown });
+    expect(other.status).toBe(204);
+    const notARecheck = await post(rechecks.url, HTTP.binary(asked) as { headers: Record<string, string>; body: unknown });
+    expect([notARecheck.status, await notARecheck.text()]).toEqual([400, `a relay in recheck mode takes ${RecheckType} events, not dev.knative.apiserver.resource.add`]);
+    const noEvent = await post(rechecks.url, HTTP.binary(new CloudEventClass({ type: RecheckType, source: "/x", [TargetExtension]: spec.name, datacontenttype: "application/json", data: { afterMs: 10 } })) as { headers: Record<string, string>; body: unknown });
+    expect([noEvent.status, await noEvent.text()]).toEqual([400, "the data is not a recheck request: event: Invalid input: expected object, received undefined"]);
+    expect(judged).toEqual(["add c1", "add c1"]);
   });
 
   it("lets a delivery already sent finish when it stops, and counts its answer", async () => {
