@@ -2,16 +2,19 @@
 // functions fed by our relay (local mode): how long the node, Eventing and the install take, how long
 // each function's pod takes to start again after it is deleted, and event-to-reconcile latency, the
 // time from creating an accepted ManagedCluster until cluster-acceptor has set HubAccepted=True on it,
-// over BENCH_RECONCILES clusters one after another, through the Broker and through the relay.
+// over BENCH_RECONCILES clusters one after another, through the Broker and through the relay; and how
+// late a function's recheck comes back on each path (BENCH_RECHECKS samples; the issue's bound is 1 s).
 import { startEventingHub } from "../dev/local/eventing-hub.ts";
 import { startFleet } from "../dev/local/fleet.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
-import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { rfc3339 } from "../shared/clock.ts";
 import { isTrue } from "../shared/conditions.ts";
-import { PodResource } from "../shared/api/kube.ts";
+import { NamespaceResource, PodResource } from "../shared/api/kube.ts";
 import { percentile, ms } from "./stats.ts";
 
 const RECONCILES = Number(process.env.BENCH_RECONCILES ?? 20);
+const RECHECKS = Number(process.env.BENCH_RECHECKS ?? 5);
 type Pod = KubeObject & { metadata: { deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string }[] } };
 
 async function until(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
@@ -31,6 +34,38 @@ async function acceptLatencies(hub: KubeClient, prefix: string): Promise<number[
     await hub.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
     await until(`${name} HubAccepted`, 60_000, async () => isTrue((await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"));
     samples.push(performance.now() - t0);
+  }
+  return samples;
+}
+
+// How late a recheck arrives: placement-scheduler asks to be called back a second after a toleration
+// runs out (tolerationSeconds from the taint's whole-second timeAdded); the sample is the time the
+// Placement's decision loses the cluster, polled every 20 ms, minus that moment. It covers the trip
+// back (through the Broker and the relay in recheck mode, or the relay's own timer), the reconcile and
+// its write. The cluster is the first that acceptLatencies made, in a set bound to a fresh namespace.
+const TOLERATION_SECONDS = 2;
+async function recheckLateness(hub: KubeClient, prefix: string): Promise<number[]> {
+  const ns = `${prefix}-rechecks`;
+  const clusterName = `${prefix}-0`;
+  await hub.create(NamespaceResource, { metadata: { name: ns } });
+  await hub.create(ManagedClusterSetResource, { metadata: { name: ns }, spec: { clusterSelector: { selectorType: "LabelSelector", labelSelector: { matchLabels: { "bench-rechecks": prefix } } } } });
+  await hub.create(ManagedClusterSetBindingResource, { metadata: { name: ns, namespace: ns }, spec: { clusterSet: ns } });
+  await hub.patch(ManagedClusterResource, clusterName, { metadata: { labels: { "bench-rechecks": prefix } } });
+  const decided = async (placement: string) => {
+    const { items } = await hub.list<KubeObject & { status?: { decisions?: { clusterName: string }[] } }>(PlacementDecisionResource, { namespace: ns, labelSelector: `${ClusterLabel.Placement}=${placement}` });
+    return items.flatMap((d) => d.status?.decisions ?? []).map((d) => d.clusterName);
+  };
+  const samples: number[] = [];
+  for (let i = 0; i < RECHECKS; i++) {
+    const placement = `brief-${i}`;
+    const key = `bench.ocm-functions.io/brief-${i}`;
+    await hub.create(PlacementResource, { metadata: { name: placement, namespace: ns }, spec: { tolerations: [{ key, operator: "Exists", tolerationSeconds: TOLERATION_SECONDS }] } });
+    await until(`${placement} decides ${clusterName}`, 60_000, async () => (await decided(placement)).includes(clusterName));
+    const added = Math.floor(Date.now() / 1000) * 1000;
+    await hub.patch(ManagedClusterResource, clusterName, { spec: { taints: [{ key, effect: "NoSelect", timeAdded: rfc3339(new Date(added)) }] } });
+    await until(`${placement} drops ${clusterName}`, 120_000, async () => !(await decided(placement)).includes(clusterName));
+    samples.push(performance.now() + performance.timeOrigin - (added + TOLERATION_SECONDS * 1000 + 1000));
+    await hub.patch(ManagedClusterResource, clusterName, { spec: { taints: null } });
   }
   return samples;
 }
@@ -57,12 +92,14 @@ export const broker = {
         figures[`pod start after delete: ${fn}`] = ms(performance.now() - t0);
       }
       figures["event-to-reconcile via Broker (HubAccepted)"] = summary(await acceptLatencies(env.hubAdmin, "broker"));
+      figures[`recheck lateness via Broker (placement-scheduler, ${TOLERATION_SECONDS} s toleration)`] = summary(await recheckLateness(env.hubAdmin, "broker"));
     } finally {
       await env.stop();
     }
     const fleet = await startFleet({ spokes: [], resyncMs: 60_000 });
     try {
       figures["event-to-reconcile via relay (HubAccepted)"] = summary(await acceptLatencies(fleet.hub, "relay"));
+      figures[`recheck lateness via relay (placement-scheduler, ${TOLERATION_SECONDS} s toleration)`] = summary(await recheckLateness(fleet.hub, "relay"));
     } finally {
       await fleet.stop();
     }
