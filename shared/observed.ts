@@ -76,6 +76,14 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
   const clients = new Map<string, KubeClient>();
 
+  // A handed list by name, built on its first lookup (a tick's sweep looks up every item of it).
+  const indexes = new WeakMap<HandedList, Map<string, KubeObject>>();
+  function indexOf(l: HandedList): Map<string, KubeObject> {
+    let index = indexes.get(l);
+    if (!index) indexes.set(l, (index = new Map(l.items.map((o) => [objectId(l.kind, o.metadata.namespace ?? undefined, o.metadata.name!), o]))));
+    return index;
+  }
+
   // What the handed state says of one object: the object, known absent (null), or nothing (undefined).
   function lookup(cluster: string, r: ApiResource, name: string, namespace?: string): KubeObject | null | undefined {
     const id = kindId(cluster, r.group, r.kind);
@@ -83,7 +91,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     const h = objects.get(id)?.get(objectId(r.kind, namespace, name));
     if (h) return h.object ?? null;
     for (const l of lists.get(id) ?? []) {
-      const item = l.items.find((o) => o.metadata.name === name && (o.metadata.namespace ?? undefined) === namespace);
+      const item = indexOf(l).get(objectId(r.kind, namespace, name));
       if (item) return item;
       // a whole scope without it proves it absent only if the scope has no selector and holds its namespace
       if (!l.labelSelector && (l.namespace === undefined || l.namespace === namespace)) return null;
