@@ -176,7 +176,8 @@ export async function startEventingHub(
     undo.push(() => scheduler.stop());
     const starting = startNode(hub, { name: "node-a", subnet, apiserverProxy: true, services: true, log });
     // The images are built while the node starts (its processes get on without this one's event loop).
-    // The hub's pods run only hub functions and the relay (cluster-lease-monitor's ContainerSource).
+    // The hub's pods run only hub functions and the relay (cluster-lease-monitor's ContainerSource, and
+    // ocm-hub-rechecks, the relay in recheck mode).
     const functions = readFunctions()
       .filter((f) => f.side === "hub")
       .map((f) => f.name);
