@@ -16,8 +16,11 @@ import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { joinSpoke } from "../cli/join.ts";
 import { acceptCluster } from "../cli/accept.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
-import { DeploymentResource, PodResource } from "../shared/api/kube.ts";
-import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { DeploymentResource, NamespaceResource, PodResource } from "../shared/api/kube.ts";
+import { ClusterLabel, ManagedClusterConditionType, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { HubRechecksName, PingSourceName } from "../cli/render/hub.ts";
+import { RecheckDueType, RecheckType, TargetExtension } from "../shared/events.ts";
+import { rfc3339 } from "../shared/clock.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { eventually } from "./support/eventually.ts";
@@ -139,4 +142,35 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
   it("the resync tick comes from Knative's PingSource through the Broker", async () => {
     await eventually(() => expect(env.deliveries.some((d) => d.event.type === "dev.knative.sources.ping" && d.event.cluster === "hub")).toBe(true), { timeoutMs: 90_000, intervalMs: 1_000 });
   }, 120_000);
+
+  // Last: it moves the resync tick a year away. A Broker drops the x-recheck-after-ms answer, so the
+  // scheduler's recheck at the toleration's end must travel as events: its reply to the Broker, the
+  // relay pod in recheck mode, and the due recheck back through the Broker to it alone.
+  it("a toleration that runs out in 5 s takes the cluster out of a Placement through the Broker's recheck, with the resync tick a year away and the cluster unchanged since its taint", async () => {
+    const ns = "recheck-through-broker";
+    const taintKey = "ocm-functions.io/brief";
+    await env.hubAdmin.request("PATCH", `/apis/sources.knative.dev/v1/namespaces/${env.namespace}/pingsources/${PingSourceName}`, JSON.stringify({ spec: { schedule: "0 0 1 1 *" } }), "application/merge-patch+json");
+    const since = new Date().toISOString();
+    await env.hubAdmin.create(NamespaceResource, { metadata: { name: ns } });
+    await env.hubAdmin.create(ManagedClusterSetResource, { metadata: { name: ns }, spec: { clusterSelector: { selectorType: "LabelSelector", labelSelector: {} } } });
+    await env.hubAdmin.create(ManagedClusterSetBindingResource, { metadata: { name: ns, namespace: ns }, spec: { clusterSet: ns } });
+    await env.hubAdmin.create(PlacementResource, { metadata: { name: "brief", namespace: ns }, spec: { tolerations: [{ key: taintKey, operator: "Exists", tolerationSeconds: 5 }] } });
+    const decided = async () => {
+      const { items } = await env.hubAdmin.list<KubeObject & { status?: { decisions?: { clusterName: string }[] } }>(PlacementDecisionResource, { namespace: ns, labelSelector: `${ClusterLabel.Placement}=brief` });
+      return items.flatMap((d) => d.status?.decisions ?? []).map((d) => d.clusterName);
+    };
+    await eventually(async () => expect(await decided()).toEqual([CLUSTER]), { timeoutMs: 60_000, intervalMs: 250 });
+    const tainted = await env.hubAdmin.request("PATCH", `/apis/cluster.open-cluster-management.io/v1/managedclusters/${CLUSTER}`, JSON.stringify({ spec: { taints: [{ key: taintKey, effect: "NoSelect", timeAdded: rfc3339(new Date()) }] } }), "application/merge-patch+json");
+    const taintedVersion = (tainted as KubeObject).metadata.resourceVersion;
+    await eventually(async () => expect(await decided()).toEqual([]), { timeoutMs: 60_000, intervalMs: 250 });
+    // Nothing else could have done it: the cluster has not changed since its taint, and no tick came.
+    expect((await cluster())!.metadata.resourceVersion).toBe(taintedVersion);
+    const after = env.deliveries.filter((d) => d.time >= since);
+    expect(after.filter((d) => d.event.type === "dev.knative.sources.ping")).toEqual([]);
+    // The recorder, subscribed to the Broker without a filter, saw the scheduler's reply and the due recheck.
+    expect(after.some((d) => d.event.type === RecheckType && d.event[TargetExtension] === "placement-scheduler")).toBe(true);
+    expect(after.some((d) => d.event.type === RecheckDueType && d.event[TargetExtension] === "placement-scheduler")).toBe(true);
+    const [rechecks] = (await podsOf(HubRechecksName)).filter(ready);
+    expect(rechecks?.spec.containers[0]!.image).toBe(`dev.local/ocm-functions/relay:${IMAGE_TAG}`);
+  }, 180_000);
 });
