@@ -7,7 +7,7 @@
 import { startEventingHub } from "../dev/local/eventing-hub.ts";
 import { startFleet } from "../dev/local/fleet.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
-import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, PlacementDecisionResource, PlacementResource, TaintKey, type ManagedCluster } from "../shared/api/cluster.ts";
 import { rfc3339 } from "../shared/clock.ts";
 import { isTrue } from "../shared/conditions.ts";
 import { NamespaceResource, PodResource } from "../shared/api/kube.ts";
@@ -42,7 +42,8 @@ async function acceptLatencies(hub: KubeClient, prefix: string): Promise<number[
 // runs out (tolerationSeconds from the taint's whole-second timeAdded); the sample is the time the
 // Placement's decision loses the cluster, polled every 20 ms, minus that moment. It covers the trip
 // back (through the Broker and the relay in recheck mode, or the relay's own timer), the reconcile and
-// its write. The cluster is the first that acceptLatencies made, in a set bound to a fresh namespace.
+// its write. The cluster is the first that acceptLatencies made, in a set bound to a fresh namespace;
+// no agent runs for it, so it has OCM's unreachable taint, which the Placements tolerate for good.
 const TOLERATION_SECONDS = 2;
 async function recheckLateness(hub: KubeClient, prefix: string): Promise<number[]> {
   const ns = `${prefix}-rechecks`;
@@ -59,7 +60,7 @@ async function recheckLateness(hub: KubeClient, prefix: string): Promise<number[
   for (let i = 0; i < RECHECKS; i++) {
     const placement = `brief-${i}`;
     const key = `bench.ocm-functions.io/brief-${i}`;
-    await hub.create(PlacementResource, { metadata: { name: placement, namespace: ns }, spec: { tolerations: [{ key, operator: "Exists", tolerationSeconds: TOLERATION_SECONDS }] } });
+    await hub.create(PlacementResource, { metadata: { name: placement, namespace: ns }, spec: { tolerations: [{ key, operator: "Exists", tolerationSeconds: TOLERATION_SECONDS }, { key: TaintKey.Unreachable, operator: "Exists" }] } });
     await until(`${placement} decides ${clusterName}`, 60_000, async () => (await decided(placement)).includes(clusterName));
     const added = Math.floor(Date.now() / 1000) * 1000;
     await hub.patch(ManagedClusterResource, clusterName, { spec: { taints: [{ key, effect: "NoSelect", timeAdded: rfc3339(new Date(added)) }] } });
