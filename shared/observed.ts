@@ -72,7 +72,9 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     lists.set(id, [...(lists.get(id) ?? []), l]);
   }
   const dropped = new Set<string>(); // kinds written to: their handed state no longer counts
-  const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
+  // `object` and `rv` name a handed object read by get: a write that carries that resourceVersion of that
+  // object is refused by the API server if it changed, so it needs no confirming read.
+  const used: { id: string; cluster: string; r: ApiResource; object?: string; rv?: string; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
   const clients = new Map<string, KubeClient>();
 
@@ -99,9 +101,10 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     return undefined;
   }
 
-  async function confirmBeforeWrite(): Promise<void> {
+  async function confirmBeforeWrite(conditioned?: { object: string; rv: string }): Promise<void> {
     const stale: string[] = [];
     for (const u of used.slice(confirmedUpTo, (confirmedUpTo = used.length))) {
+      if (conditioned && u.object === conditioned.object && u.rv === conditioned.rv) continue;
       observedReads.inc([fn, "confirm"]);
       if (!(await u.confirm(live(u.cluster)))) stale.push(u.id);
     }
@@ -119,7 +122,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         if (found) note(found, r.kind);
         const rv = found?.metadata.resourceVersion;
         if (!objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
-          used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => (await c.get(r, name, namespace))?.metadata.resourceVersion === rv });
+          used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, object: objectId(r.kind, namespace, name), rv, confirm: async (c) => (await c.get(r, name, namespace))?.metadata.resourceVersion === rv });
         return (found ? structuredClone(found) : undefined) as T | undefined;
       }
       observedReads.inc([fn, found ? "stale" : "api"]);
@@ -149,8 +152,8 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       return got;
     };
     // Every write: confirm what was judged, drop the kind's handed state, remember what the server answered.
-    const writing = <A extends unknown[], R>(r: (...a: A) => ApiResource, call: (...a: A) => Promise<R>) => async (...a: A): Promise<R> => {
-      await confirmBeforeWrite();
+    const writing = <A extends unknown[], R>(r: (...a: A) => ApiResource, call: (...a: A) => Promise<R>, condition: (...a: A) => { object: string; rv: string } | undefined = () => undefined) => async (...a: A): Promise<R> => {
+      await confirmBeforeWrite(condition(...a));
       const resource = r(...a);
       dropped.add(kindId(cluster, resource.group, resource.kind));
       const out = await call(...a);
@@ -163,7 +166,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         if (prop === "list") return list;
         if (prop === "create" || prop === "update" || prop === "patch" || prop === "delete") {
           const call = (target[prop] as (...a: unknown[]) => Promise<unknown>).bind(target);
-          return writing((r: ApiResource) => r, call as (r: ApiResource, ...rest: unknown[]) => Promise<unknown>);
+          return writing((r: ApiResource) => r, call as (r: ApiResource, ...rest: unknown[]) => Promise<unknown>, (r: ApiResource, ...rest: unknown[]) => conditionOf(prop, r, rest));
         }
         if (prop === "request") {
           // a raw call: reads pass, a write confirms first (its kind is not known, so every handed state goes)
@@ -189,6 +192,24 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       return c;
     },
   };
+}
+
+// The object and resourceVersion a write is conditioned on: an update's body, or a merge patch that
+// names metadata.resourceVersion (the API server refuses either with 409 when the object has another
+// version). Nothing for creates, deletes and JSON or apply patches.
+function conditionOf(verb: string, r: ApiResource, args: unknown[]): { object: string; rv: string } | undefined {
+  if (verb === "update") {
+    const body = args[0] as KubeObject | undefined;
+    const rv = body?.metadata?.resourceVersion;
+    return rv && body.metadata.name ? { object: objectId(r.kind, body.metadata.namespace, body.metadata.name), rv } : undefined;
+  }
+  if (verb === "patch") {
+    const [name, patch, o] = args as [string, { metadata?: { resourceVersion?: unknown } } | undefined, { namespace?: string; type?: string } | undefined];
+    const rv = patch && typeof patch === "object" && !Array.isArray(patch) ? patch.metadata?.resourceVersion : undefined;
+    const type = o?.type ?? "merge";
+    return typeof rv === "string" && rv && type === "merge" ? { object: objectId(r.kind, o?.namespace, name), rv } : undefined;
+  }
+  return undefined;
 }
 
 // The field selectors every kind serves, as a filter: "metadata.name=X" and "metadata.namespace=X",

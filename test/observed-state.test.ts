@@ -212,6 +212,27 @@ describe("a stale view never writes", () => {
     expect(role?.rules?.length).toBeGreaterThan(0);
   });
 
+  it("a write carrying the handed object's resourceVersion is sent without a confirming read of it, and the API server refuses it (409) once the object has changed", async () => {
+    const c = await seed();
+    const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const observed: Observed = { objects: [handed(ManagedClusterResource, cluster)], lists: [] };
+    // the lease monitor's own write: a status update, as the handed cluster was read
+    const judge = (clients: ReturnType<typeof observedClients>, message: string) =>
+      clients.cluster(HUB).get<ManagedCluster>(ManagedClusterResource, c).then((mc) => {
+        const conditions = setCondition(mc!.status?.conditions ?? [], { type: "Judged", status: "True", reason: "Test", message }, new Date());
+        return clients.cluster(HUB).update(ManagedClusterResource, { ...mc!, status: { ...mc!.status, conditions } }, "status");
+      });
+    const fresh = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    await judge(observedClients("test", fresh.io.cluster, observed, new Map()), "fresh");
+    // the handed cluster answered the get; the update went alone, conditioned on its resourceVersion
+    expect(fresh.requests.map((r) => r.method)).toEqual(["PUT"]);
+    // the same handed view, now stale: the write is refused, never applied over the newer object
+    const stale = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    await expect(judge(observedClients("test", stale.io.cluster, observed, new Map()), "stale")).rejects.toMatchObject({ code: 409 });
+    expect(stale.requests.map((r) => r.method)).toEqual(["PUT"]);
+    expect(findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))!.status?.conditions, "Judged")?.message).toBe("fresh");
+  });
+
   it("answers a list narrowed by metadata.namespace from a handed list without a request, and sends any other field selector (one with !=) to the API", async () => {
     const [a, b] = [await seed(), await seed()];
     const { items } = await admin.list<Lease>(LeaseResource, { labelSelector: ClusterLabel.ClusterName });
