@@ -463,6 +463,19 @@ describe("delivery", () => {
     expect(judged).toEqual(["add c1", "add c1"]);
   });
 
+  it("in recheck mode refuses a new recheck with a 503 once it holds its most, and still replaces one it holds", async () => {
+    const r = relay({ clusters: {}, rechecks: { port: 0, host: "127.0.0.1", maxHeld: 1 }, sinks: [] });
+    const rechecks = await r.rechecks!;
+    const ask = (subject: string, afterMs: number) => {
+      const asked = { specversion: "1.0", id: `asked-${subject}`, source: "s", type: "dev.knative.apiserver.resource.update", subject, cluster: "hub" };
+      const m = HTTP.binary(new CloudEventClass({ type: RecheckType, source: "/ocm-functions/f", [TargetExtension]: "f", datacontenttype: "application/json", data: { afterMs, event: asked } })) as { headers: Record<string, string>; body: unknown };
+      return fetch(rechecks.url, { method: "POST", headers: m.headers, body: typeof m.body === "string" ? m.body : JSON.stringify(m.body) }).then(async (res) => [res.status, await res.text()]);
+    };
+    expect(await ask("/one", 3_600_000)).toEqual([202, ""]);
+    expect(await ask("/two", 3_600_000)).toEqual([503, "the relay holds 1 rechecks, its most"]);
+    expect(await ask("/one", 1_800_000)).toEqual([202, ""]);
+  });
+
   it("lets a delivery already sent finish when it stops, and counts its answer", async () => {
     const ns = await namespace(hub, "drain");
     await admin(hub).create(ConfigMapResource, configMap(ns, "slow"));

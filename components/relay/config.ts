@@ -130,6 +130,7 @@ export const RechecksSchema = z.strictObject({
   port: z.number().int().min(0).max(65_535),
   host: z.string().min(1).default("0.0.0.0"),
   source: name.default("/ocm-functions/rechecks"),
+  maxHeld: z.number().int().positive().default(100_000),
 });
 
 export const RelayConfigSchema = z

@@ -8,13 +8,16 @@ import { CloudEvent } from "cloudevents";
 import { randomUUID } from "node:crypto";
 import type { Clock } from "../../shared/clock.ts";
 import { startCloudEventServer, type CloudEvent as Received, type CloudEventServer } from "../../shared/cloudevents-server.ts";
-import { RecheckDueType, RecheckRequestSchema, RecheckType, TargetExtension, type RecheckRequest } from "../../shared/events.ts";
+import { dataOf, RecheckDueType, RecheckRequestSchema, RecheckType, TargetExtension, type RecheckRequest } from "../../shared/events.ts";
 import type { Log, Reply } from "../../shared/harness.ts";
 import { metrics } from "../../shared/metrics.ts";
 import { after } from "../../shared/timers.ts";
 import type { Envelope } from "./sinks.ts";
 
-export type RechecksOptions = { port: number; host: string; source: string; clock: Clock; log: Log; route(envelope: Envelope): void };
+// maxHeld: what one relay holds at most. A recheck request names its own object, so anyone who can reach
+// the Service could otherwise grow the map without end; past it a new one is refused with a 503 (the
+// Broker retries it), and one already held is still replaced.
+export type RechecksOptions = { port: number; host: string; source: string; maxHeld: number; clock: Clock; log: Log; route(envelope: Envelope): void };
 
 export type Rechecks = {
   readonly listening: Promise<CloudEventServer>;
@@ -67,7 +70,7 @@ export function startRechecks(o: RechecksOptions): Rechecks {
     if (ce.type !== RecheckType) return reject(`a relay in recheck mode takes ${RecheckType} events, not ${ce.type}`);
     const target = ce[TargetExtension];
     if (typeof target !== "string" || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(target)) return reject(`extension ${TargetExtension} must name the function (a DNS label)`);
-    const parsed = RecheckRequestSchema.safeParse(typeof ce.data === "string" ? safeJson(ce.data) : ce.data);
+    const parsed = RecheckRequestSchema.safeParse(dataOf(ce));
     if (!parsed.success) return reject(`the data is not a recheck request: ${problemOf(parsed.error.issues)}`);
     const request = parsed.data;
     const asked = request.event as Record<string, unknown>;
@@ -77,6 +80,11 @@ export function startRechecks(o: RechecksOptions): Rechecks {
     const key = JSON.stringify([target, cluster ?? "", typeof asked.subject === "string" ? asked.subject : asked.type]);
     const dueAt = o.clock.now().getTime() + request.afterMs;
     const before = holding.get(key);
+    if (!before && holding.size >= o.maxHeld) {
+      requests.inc(["rejected"]);
+      o.log.warn({ ce: ce.id, target, held: holding.size }, "recheck: refused, the relay holds its most");
+      return { statusCode: 503, body: `the relay holds ${o.maxHeld} rechecks, its most` };
+    }
     const at = before ? Math.min(before.dueAt, dueAt) : dueAt;
     if (before) clearTimeout(before.timer);
     const timer = after(at - o.clock.now().getTime(), () => due(key));
@@ -101,12 +109,4 @@ export function startRechecks(o: RechecksOptions): Rechecks {
       await listening.then((s) => s.close(), () => {});
     },
   };
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
 }
