@@ -105,7 +105,7 @@ const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false,
 // Accepts any CloudEvent-shaped object (the runtime hands us cloudevents v8 instances; tests v10).
 export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult {
   if (!ce || typeof ce !== "object") return { ok: false, reason: "no CloudEvent in the request" };
-  let data = typeof ce.data === "string" ? safeJson(ce.data) : ce.data;
+  let data = dataOf(ce);
   let observed: Observed | undefined;
   if (ce[StateExtension] !== undefined) {
     if (ce[StateExtension] !== "v1") return { ok: false, reason: `extension ${StateExtension} is ${JSON.stringify(ce[StateExtension])}, not "v1"` };
@@ -136,6 +136,9 @@ export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult
   if (d.data.metadata.name !== ref.name) return { ok: false, reason: "resource data names another object than the event's extensions" };
   return { ok: true, event: { type: "object", verb, cluster: a.data.cluster, ref, object: d.data as KubeObject, ...extra } };
 }
+
+// A CloudEvent's data as JSON: a string body parsed (undefined when it is not JSON), anything else as is.
+export const dataOf = (ce: { data?: unknown }): unknown => (typeof ce.data === "string" ? safeJson(ce.data) : ce.data);
 
 function safeJson(text: string): unknown {
   try {

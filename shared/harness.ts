@@ -18,7 +18,7 @@
 // there is one).
 import type { Clock } from "./clock.ts";
 import { randomUUID } from "node:crypto";
-import { MAX_RECHECK_MS, parseEvent, RecheckDueSchema, RecheckDueType, RecheckType, TargetExtension, type FunctionEvent, type TickEvent } from "./events.ts";
+import { dataOf, MAX_RECHECK_MS, parseEvent, RecheckDueSchema, RecheckDueType, RecheckType, TargetExtension, type FunctionEvent, type TickEvent } from "./events.ts";
 import { classifyError, decisionOf, missingPermission, type Decision, type MissingPermission } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
 import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
@@ -299,7 +299,7 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
       withFields(io.log, { ce, fn: spec.name }).info({ target: cloudevent[TargetExtension] }, "skipped: a recheck for another function");
       return { statusCode: 204 };
     }
-    const inner = RecheckDueSchema.safeParse(typeof cloudevent.data === "string" ? safeJson(cloudevent.data) : cloudevent.data);
+    const inner = RecheckDueSchema.safeParse(dataOf(cloudevent));
     if (!inner.success) return rejected(`recheck: the data is not the CloudEvent that asked: ${inner.error.issues.map((i) => `${i.path.join(".") || "data"}: ${i.message}`).join("; ")}`);
     asked = inner.data;
     withFields(io.log, { ce, fn: spec.name }).info({ recheckOf: inner.data.id }, "recheck due: judging the event again");
@@ -310,14 +310,6 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
   const event: FunctionEvent = asked === cloudevent ? parsed.event : { ...parsed.event, observed: undefined };
   const reply = await (event.type === "tick" ? sweepOnce(spec, io, event, ce!) : handleParsed(spec, io, event, ce!));
   return rechecks === "event" ? withRecheckEvent(spec.name, reply, asked!) : reply;
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
 }
 
 // The reply a Broker takes back when the function asks to be called again: a RecheckType CloudEvent in
