@@ -321,10 +321,10 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
   it.each(["hub", "spoke"])("has Eventing default the %s Broker's config and every Trigger's broker label and subscriber namespace", (side) => {
     const [broker] = createdOf(side, "Broker");
     expect(broker!.spec.config).toEqual({ apiVersion: "v1", kind: "ConfigMap", name: "config-br-default-channel", namespace: "knative-eventing" });
-    // one per Broker-fed function: the hub's lease monitor has a relay of its own, and the spoke's relay
-    // delivers to agent-config itself
+    // one per Broker-fed function (the hub's lease monitor has a relay of its own, and the spoke's relay
+    // delivers to agent-config itself), and one for the recheck requests
     const triggers = createdOf(side, "Trigger");
-    expect(triggers.length).toBe(side === "hub" ? 10 : 5);
+    expect(triggers.length).toBe(side === "hub" ? 11 : 6);
     // a function with several subscriptions has them as one `any` of exact filters, as Knative stored it
     expect(triggers.some((t) => t.spec.filters?.[0]?.any?.length > 1)).toBe(true);
     for (const t of triggers) {

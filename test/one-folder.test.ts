@@ -4,6 +4,7 @@
 // RBAC made from its watches and writes, its kind in the hub's ApiServerSource), in the build (a bundle
 // whose entry was generated), and in the list local mode serves. Its bundle then runs under that
 // rendered RBAC on a real hub and does its one write; a bad setting stops it at start.
+import { RecheckDueType, TargetExtension } from "../shared/events.ts";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { spawn, execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -121,7 +122,7 @@ describe("a function added as one folder", () => {
     expect(find("Service", NAME)).toBeDefined();
     const triggers = rendered.filter((o) => o.kind === "Trigger" && (o.spec as { subscriber?: { ref?: { name?: string } } }).subscriber?.ref?.name === NAME);
     expect(triggers.map((t) => t.spec?.filters)).toEqual([
-      [{ any: ["add", "update", "delete"].map((verb) => ({ exact: { type: `dev.knative.apiserver.resource.${verb}`, kind: "ConfigMap" } })) }],
+      [{ any: [...["add", "update", "delete"].map((verb) => ({ exact: { type: `dev.knative.apiserver.resource.${verb}`, kind: "ConfigMap" } })), { exact: { type: RecheckDueType, [TargetExtension]: NAME } }] }],
     ]);
     expect(find("ClusterRole", `open-cluster-management:functions:${NAME}`)?.rules).toEqual([{ apiGroups: [""], resources: ["configmaps"], verbs: ["get", "list", "watch", "patch"] }]);
     expect(find("ClusterRoleBinding", `open-cluster-management:functions:${NAME}`)).toBeDefined();

@@ -131,7 +131,7 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
     }
   }, 120_000);
 
-  it("every Broker-fed function's Trigger delivers to its Knative Service by subscriber.ref", async () => {
+  it("every Broker-fed function's Trigger delivers to its Knative Service by subscriber.ref, and the recheck requests' Trigger to the relay in recheck mode's core Service", async () => {
     const { items } = await env.hubAdmin.list<KubeObject & { spec: { subscriber: { ref?: { apiVersion: string; kind: string; name: string } } }; status?: { conditions?: Condition[]; subscriberUri?: string } }>(
       TriggerResource,
       { namespace: env.namespace },
@@ -139,7 +139,8 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
     const ours = items.filter((t) => t.spec.subscriber.ref);
     expect(ours.length).toBeGreaterThan(0);
     for (const t of ours) {
-      expect(t.spec.subscriber.ref, t.metadata.name).toMatchObject({ apiVersion: "serving.knative.dev/v1", kind: "Service" });
+      const apiVersion = t.metadata.name === HubRechecksName ? "v1" : "serving.knative.dev/v1";
+      expect(t.spec.subscriber.ref, t.metadata.name).toMatchObject({ apiVersion, kind: "Service" });
       expect(ready(t), t.metadata.name).toBe(true);
       expect(t.status?.subscriberUri).toBe(`http://${t.spec.subscriber.ref!.name}.${env.namespace}.svc.cluster.local`);
     }
