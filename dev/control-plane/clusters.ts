@@ -121,11 +121,13 @@ export type LocalClusters = {
   startupMs: number;
 };
 
+// A port no address of this machine listens on now: our servers listen on every interface, and on the
+// node's machine other programs hold ports on addresses other than loopback.
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
+    server.listen(0, () => {
       const { port } = server.address() as { port: number };
       server.close(() => resolve(port));
     });

@@ -173,10 +173,18 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
         const kubeconfigs = dirFor(`${name(s)}/kubeconfigs`);
         // the function's own cluster, as its OCM_CLUSTER_NAME names it, is where its pod would run
         await identity(pod.serviceAccountName ?? "default", join(kubeconfigs, `${env.OCM_CLUSTER_NAME || "hub"}.kubeconfig`));
-        const port = await freePort();
-        const p = start(name(s), bundleOf(container.image), { ...env, PORT: String(port), OCM_KUBECONFIG_DIR: kubeconfigs });
-        const url = `http://127.0.0.1:${port}/`;
-        for (let delay = 50; ; delay = Math.min(delay * 1.5, 500)) {
+        let port = await freePort();
+        let p = start(name(s), bundleOf(container.image), { ...env, PORT: String(port), OCM_KUBECONFIG_DIR: kubeconfigs });
+        let url = `http://127.0.0.1:${port}/`;
+        for (let delay = 50, tries = 1; ; delay = Math.min(delay * 1.5, 500)) {
+          // a port free when it was picked may be taken before the process listens: pick another
+          if (p.child.exitCode !== null && tries < 3 && logTail(p).includes("EADDRINUSE")) {
+            tries++;
+            port = await freePort();
+            p = start(name(s), bundleOf(container.image), { ...env, PORT: String(port), OCM_KUBECONFIG_DIR: kubeconfigs });
+            url = `http://127.0.0.1:${port}/`;
+            continue;
+          }
           if (p.child.exitCode !== null) throw new Error(`function ${name(s)} exited with ${p.child.exitCode}:\n${logTail(p)}`);
           const ok = await fetch(`${url}health/readiness`).then((r) => r.ok, () => false);
           if (ok) break;
