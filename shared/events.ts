@@ -27,6 +27,8 @@ export const StateExtension = "ocmfstate";
 export const RecheckType = "io.ocm-functions.recheck";
 export const RecheckDueType = "io.ocm-functions.recheck.due";
 export const TargetExtension = "ocmftarget";
+// A function's name, which a recheck's TargetExtension carries: a DNS label (it names a Knative Service).
+export const isFunctionName = (name: string) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name);
 // A recheck further away than this is left to the periodic resync (and timers cannot hold days).
 export const MAX_RECHECK_MS = 3_600_000;
 const asked = z.looseObject({ specversion: z.string(), id: z.string().min(1), source: z.string().min(1), type: z.string().min(1) });
@@ -100,7 +102,9 @@ function kindNameProblem(apiVersion: string, name: string): string | undefined {
 
 export type ParseResult = { ok: true; event: FunctionEvent } | { ok: false; reason: string };
 
-const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false, reason: `${where}: ${z.prettifyError(error).replace(/\n/g, "; ")}` });
+// A schema's complaint as one line.
+export const problemOf = (error: z.ZodError) => z.prettifyError(error).replace(/\n/g, "; ");
+const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false, reason: `${where}: ${problemOf(error)}` });
 
 // Accepts any CloudEvent-shaped object (the runtime hands us cloudevents v8 instances; tests v10).
 export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult {

@@ -18,7 +18,7 @@
 // there is one).
 import type { Clock } from "./clock.ts";
 import { randomUUID } from "node:crypto";
-import { dataOf, MAX_RECHECK_MS, parseEvent, RecheckDueSchema, RecheckDueType, RecheckType, TargetExtension, type FunctionEvent, type TickEvent } from "./events.ts";
+import { dataOf, MAX_RECHECK_MS, parseEvent, problemOf, RecheckDueSchema, RecheckDueType, RecheckType, TargetExtension, type FunctionEvent, type TickEvent } from "./events.ts";
 import { classifyError, decisionOf, missingPermission, type Decision, type MissingPermission } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
 import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
@@ -87,7 +87,6 @@ const CONFLICT_RETRIES = 3;
 // the event that needs them: a call the authorizer refused (never one admission denied) is tried again
 // a few times at once, then it is a permission missing.
 const FORBIDDEN_RETRY_DELAYS_MS = [200, 500];
-export { MAX_RECHECK_MS };
 
 // JSON lines, one object per decision, as a log pipeline wants them: on stderr, to `out`, or nowhere.
 export function jsonLog(fn: string, out?: "quiet" | ((line: string) => void)): Log {
@@ -300,7 +299,7 @@ export async function handleEvent<C>(spec: FunctionSpec<C>, io: Io<C>, cloudeven
       return { statusCode: 204 };
     }
     const inner = RecheckDueSchema.safeParse(dataOf(cloudevent));
-    if (!inner.success) return rejected(`recheck: the data is not the CloudEvent that asked: ${inner.error.issues.map((i) => `${i.path.join(".") || "data"}: ${i.message}`).join("; ")}`);
+    if (!inner.success) return rejected(`recheck: the data is not the CloudEvent that asked: ${problemOf(inner.error)}`);
     asked = inner.data;
     withFields(io.log, { ce, fn: spec.name }).info({ recheckOf: inner.data.id }, "recheck due: judging the event again");
   }

@@ -152,12 +152,11 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       return got;
     };
     // Every write: confirm what was judged, drop the kind's handed state, remember what the server answered.
-    const writing = <A extends unknown[], R>(r: (...a: A) => ApiResource, call: (...a: A) => Promise<R>, condition: (...a: A) => { object: string; rv: string } | undefined = () => undefined) => async (...a: A): Promise<R> => {
-      await confirmBeforeWrite(condition(...a));
-      const resource = r(...a);
-      dropped.add(kindId(cluster, resource.group, resource.kind));
-      const out = await call(...a);
-      if (out && typeof out === "object" && "metadata" in out) note(out as KubeObject, resource.kind);
+    const writing = (verb: string, call: (r: ApiResource, ...rest: unknown[]) => Promise<unknown>) => async (r: ApiResource, ...rest: unknown[]) => {
+      await confirmBeforeWrite(conditionOf(verb, r, rest));
+      dropped.add(kindId(cluster, r.group, r.kind));
+      const out = await call(r, ...rest);
+      if (out && typeof out === "object" && "metadata" in out) note(out as KubeObject, r.kind);
       return out;
     };
     return new Proxy(real, {
@@ -165,8 +164,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         if (prop === "get") return get;
         if (prop === "list") return list;
         if (prop === "create" || prop === "update" || prop === "patch" || prop === "delete") {
-          const call = (target[prop] as (...a: unknown[]) => Promise<unknown>).bind(target);
-          return writing((r: ApiResource) => r, call as (r: ApiResource, ...rest: unknown[]) => Promise<unknown>, (r: ApiResource, ...rest: unknown[]) => conditionOf(prop, r, rest));
+          return writing(prop, (target[prop] as (r: ApiResource, ...rest: unknown[]) => Promise<unknown>).bind(target));
         }
         if (prop === "request") {
           // a raw call: reads pass, a write confirms first (its kind is not known, so every handed state goes)

@@ -18,10 +18,9 @@
 import { z } from "zod";
 import type { ApiResource } from "./api/meta.ts";
 import type { KubeObject } from "./kube/client.ts";
-import { ApiServerSourceType, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
-import { readEnvSettings, variableOf } from "./env-settings.ts";
+import { ApiServerSourceType, isFunctionName, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
+import { configError, readEnvSettings, variableOf } from "./env-settings.ts";
 import { ioFromEnv } from "./function-env.ts";
-import { configError } from "./env-settings.ts";
 import { classified, serve, type Rechecks, type FunctionSpec, type Io, type Key, type Outcome, type Reply, type Skip } from "./harness.ts";
 
 // What a function file needs besides defineFunction, from the same import.
@@ -116,7 +115,6 @@ export type MultiClusterFunction<C> = {
   ticks: boolean; // whether resync ticks wake it
 };
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
 // How the function asks to be called again (shared/harness.ts Rechecks): the render sets "event" for a
 // function a Broker feeds; unset, the x-recheck-after-ms answer alone, for a relay that feeds it.
@@ -129,7 +127,7 @@ function rechecksFrom(fn: string, env: NodeJS.ProcessEnv): Rechecks {
 }
 
 export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
-  if (!DNS_LABEL.test(d.name)) throw new Error(`defineFunction: name ${JSON.stringify(d.name)} is not a DNS label`);
+  if (!isFunctionName(d.name)) throw new Error(`defineFunction: name ${JSON.stringify(d.name)} is not a DNS label`);
   const configFromEnv = (env: NodeJS.ProcessEnv): C => d.config.parse(d.env ? d.env(env) : readEnvSettings(d.name, d.config, env));
   const spec: FunctionSpec<C> = {
     name: d.name,

@@ -459,7 +459,7 @@ describe("delivery", () => {
     const notARecheck = await post(rechecks.url, HTTP.binary(asked) as { headers: Record<string, string>; body: unknown });
     expect([notARecheck.status, await notARecheck.text()]).toEqual([400, `a relay in recheck mode takes ${RecheckType} events, not dev.knative.apiserver.resource.add`]);
     const noEvent = await post(rechecks.url, HTTP.binary(new CloudEventClass({ type: RecheckType, source: "/x", [TargetExtension]: spec.name, datacontenttype: "application/json", data: { afterMs: 10 } })) as { headers: Record<string, string>; body: unknown });
-    expect([noEvent.status, await noEvent.text()]).toEqual([400, "the data is not a recheck request: event: Invalid input: expected object, received undefined"]);
+    expect([noEvent.status, await noEvent.text()]).toEqual([400, "the data is not a recheck request: ✖ Invalid input: expected object, received undefined;   → at event"]);
     expect(judged).toEqual(["add c1", "add c1"]);
   });
 

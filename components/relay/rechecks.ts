@@ -8,7 +8,7 @@ import { CloudEvent } from "cloudevents";
 import { randomUUID } from "node:crypto";
 import type { Clock } from "../../shared/clock.ts";
 import { startCloudEventServer, type CloudEvent as Received, type CloudEventServer } from "../../shared/cloudevents-server.ts";
-import { dataOf, RecheckDueType, RecheckRequestSchema, RecheckType, TargetExtension, type RecheckRequest } from "../../shared/events.ts";
+import { dataOf, isFunctionName, problemOf, RecheckDueType, RecheckRequestSchema, RecheckType, TargetExtension, type RecheckRequest } from "../../shared/events.ts";
 import type { Log, Reply } from "../../shared/harness.ts";
 import { metrics } from "../../shared/metrics.ts";
 import { after } from "../../shared/timers.ts";
@@ -25,15 +25,13 @@ export type Rechecks = {
   stop(): Promise<void>;
 };
 
-const requests = metrics.counter("ocmf_relay_recheck_requests_total", "Recheck requests a relay in recheck mode received, by result (held, replaced, rejected)", ["result"]);
+const requests = metrics.counter("ocmf_relay_recheck_requests_total", "Recheck requests a relay in recheck mode received, by result (held, replaced, rejected: a 400, full: a 503)", ["result"]);
 const held = metrics.gauge("ocmf_relay_rechecks_pending", "Rechecks a relay in recheck mode holds until they are due", []);
 // How late a due recheck leaves the relay against the time it was asked for (the timer's own lateness:
 // an event loop that is kept busy shows here).
 const lateness = metrics.histogram("ocmf_relay_recheck_lateness_seconds", "Seconds between the time a recheck was due and its sending", [], [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5]);
 
 type Held = { dueAt: number; request: RecheckRequest; target: string; cluster?: string; timer: NodeJS.Timeout };
-
-const problemOf = (issues: readonly { path: PropertyKey[]; message: string }[]) => issues.map((i) => `${i.path.map(String).join(".") || "data"}: ${i.message}`).join("; ");
 
 export function startRechecks(o: RechecksOptions): Rechecks {
   const holding = new Map<string, Held>();
@@ -69,9 +67,9 @@ export function startRechecks(o: RechecksOptions): Rechecks {
     if (stopped) return { statusCode: 503, body: "stopping" };
     if (ce.type !== RecheckType) return reject(`a relay in recheck mode takes ${RecheckType} events, not ${ce.type}`);
     const target = ce[TargetExtension];
-    if (typeof target !== "string" || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(target)) return reject(`extension ${TargetExtension} must name the function (a DNS label)`);
+    if (typeof target !== "string" || !isFunctionName(target)) return reject(`extension ${TargetExtension} must name the function (a DNS label)`);
     const parsed = RecheckRequestSchema.safeParse(dataOf(ce));
-    if (!parsed.success) return reject(`the data is not a recheck request: ${problemOf(parsed.error.issues)}`);
+    if (!parsed.success) return reject(`the data is not a recheck request: ${problemOf(parsed.error)}`);
     const request = parsed.data;
     const asked = request.event as Record<string, unknown>;
     const cluster = typeof asked.cluster === "string" ? asked.cluster : undefined;
@@ -81,7 +79,7 @@ export function startRechecks(o: RechecksOptions): Rechecks {
     const dueAt = o.clock.now().getTime() + request.afterMs;
     const before = holding.get(key);
     if (!before && holding.size >= o.maxHeld) {
-      requests.inc(["rejected"]);
+      requests.inc(["full"]);
       o.log.warn({ ce: ce.id, target, held: holding.size }, "recheck: refused, the relay holds its most");
       return { statusCode: 503, body: `the relay holds ${o.maxHeld} rechecks, its most` };
     }

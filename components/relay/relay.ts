@@ -1,7 +1,8 @@
 // The relay's wiring: credentials per cluster, one source per watched (cluster, resource, selector),
 // changes turned into CloudEvents and routed to every sink whose filter passes them, resync ticks per
 // cluster (at the interval the agent settings give, when configured so), recording, in recheck mode
-// functions' rechecks held until due (rechecks.ts), and a stop() that ends watches, retries and timers. With `metrics` configured it answers GET /metrics on that port.
+// functions' rechecks held until due (rechecks.ts), and a stop() that ends watches, retries and timers.
+// With `metrics` configured it answers GET /metrics on that port.
 import { systemClock, type Clock } from "../../shared/clock.ts";
 import { jsonLog, type Log } from "../../shared/harness.ts";
 import { metrics } from "../../shared/metrics.ts";

@@ -3,16 +3,13 @@
 // latest state, retries with exponential backoff, and re-sends when the function asks to be called again.
 import { HTTP, type CloudEvent } from "cloudevents";
 import type { Clock } from "../../shared/clock.ts";
-import type { Log } from "../../shared/harness.ts";
+import { RECHECK_HEADER, type Log } from "../../shared/harness.ts";
 import type { DeliveryConfig, SinkConfig } from "./config.ts";
 import { delay, exponentialBackoff } from "../../shared/backoff.ts";
 import { mismatch, mismatchAll } from "./cloudevents.ts";
 import { after, clampTimerMs } from "../../shared/timers.ts";
 import { metrics } from "../../shared/metrics.ts";
 
-// What shared/harness.ts answers when a reconcile returns { recheckInMs }.
-import { RECHECK_HEADER } from "../../shared/harness.ts";
-export { RECHECK_HEADER };
 
 export type Envelope = {
   key: string; // one object (or one cluster's tick) as one source sees it

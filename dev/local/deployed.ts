@@ -196,11 +196,9 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
 
     // A relay in recheck mode takes recheck requests on a core Service named as its ContainerSource
     // (cli/render/objects.ts recheckRoute): here, on a loopback port of its own.
+    const relayConfigs = new Map(containerSources.map((cs) => [name(cs), parse(envOf(cs.spec.template.spec.containers[0]!, `ContainerSource ${name(cs)}`).OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput]));
     const rechecks = new Map<string, number>();
-    for (const cs of containerSources) {
-      const env = envOf(cs.spec.template.spec.containers[0]!, `ContainerSource ${name(cs)}`);
-      if ((parse(env.OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput).rechecks) rechecks.set(name(cs), await freePort());
-    }
+    for (const [source, config] of relayConfigs) if (config.rechecks) rechecks.set(source, await freePort());
     const urlOf = (ref: Ref) => {
       if (ref.kind === "Service" && ref.apiVersion === "v1" && rechecks.has(ref.name)) return `http://127.0.0.1:${rechecks.get(ref.name)}/`;
       const url = ref.kind === "Service" && ref.apiVersion.startsWith("serving.knative.dev/") ? functions.get(ref.name) : undefined;
@@ -210,10 +208,14 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
     // What a Broker delivers: to each Trigger's subscriber, the events its filter lets through.
     type Sink = { name: string; url: string; filters: Record<string, string>[] };
     const brokerSinks = (broker: string): Sink[] => {
-      const bySubscriber = new Map<string, Record<string, string>[]>();
-      for (const t of triggers.filter((x) => x.spec.broker === broker)) bySubscriber.set(t.spec.subscriber.ref.name, [...(bySubscriber.get(t.spec.subscriber.ref.name) ?? []), ...triggerFilters(t.spec)]);
-      const refs = new Map(triggers.filter((x) => x.spec.broker === broker).map((t) => [t.spec.subscriber.ref.name, t.spec.subscriber.ref]));
-      return [...bySubscriber.entries()].map(([fn, filters]) => ({ name: fn, url: urlOf(refs.get(fn)!.apiVersion === "v1" ? refs.get(fn)! : { apiVersion: "serving.knative.dev/v1", kind: "Service", name: fn }), filters }));
+      const bySubscriber = new Map<string, { ref: Ref; filters: Record<string, string>[] }>();
+      for (const t of triggers.filter((x) => x.spec.broker === broker)) {
+        const { ref } = t.spec.subscriber;
+        const entry = bySubscriber.get(ref.name) ?? { ref, filters: [] };
+        entry.filters.push(...triggerFilters(t.spec));
+        bySubscriber.set(ref.name, entry);
+      }
+      return [...bySubscriber].map(([subscriber, { ref, filters }]) => ({ name: subscriber, url: urlOf(ref), filters }));
     };
     const sinkOf = (ref: Ref): { sinks: Sink[] } | { kSink: string } => (ref.kind === "Broker" ? { sinks: brokerSinks(ref.name) } : { kSink: urlOf(ref) });
 
@@ -222,7 +224,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       const container = pod.containers[0]!;
       const env = envOf(container, `ContainerSource ${name(cs)}`);
       const file = await identity(pod.serviceAccountName ?? "default", join(dirFor(name(cs)), "identity.kubeconfig"));
-      const config = parse(env.OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput;
+      const config = relayConfigs.get(name(cs))!;
       // in-cluster credentials are the pod's service account: here, the same identity from a file
       for (const [cluster, creds] of Object.entries(config.clusters)) if ("inCluster" in creds) config.clusters[cluster] = { kubeconfigFile: file };
       // a sink the render addressed by a function Service's cluster-local name: that function's process
