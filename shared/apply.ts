@@ -53,10 +53,12 @@ export async function patchStatusIfChanged<T extends KubeObject & { status?: unk
   return client.patch<T>(r, before.metadata.name!, patch, { namespace: before.metadata.namespace, subresource: "status" });
 }
 
-export async function addFinalizer<T extends KubeObject>(client: KubeClient, r: ApiResource, obj: T, finalizer: string): Promise<T> {
+export async function addFinalizer<T extends KubeObject>(client: KubeClient, r: ApiResource, obj: T, ...wanted: string[]): Promise<T> {
   const finalizers = (obj.metadata as Meta).finalizers ?? [];
-  if (finalizers.includes(finalizer)) return obj;
-  return client.patch<T>(r, obj.metadata.name!, { metadata: { resourceVersion: obj.metadata.resourceVersion, finalizers: [...finalizers, finalizer] } }, { namespace: obj.metadata.namespace });
+  const missing = wanted.filter((f) => !finalizers.includes(f));
+  if (missing.length === 0) return obj;
+  // one patch for all of them, with the resourceVersion they were judged missing at
+  return client.patch<T>(r, obj.metadata.name!, { metadata: { resourceVersion: obj.metadata.resourceVersion, finalizers: [...finalizers, ...missing] } }, { namespace: obj.metadata.namespace });
 }
 
 export async function removeFinalizer<T extends KubeObject>(client: KubeClient, r: ApiResource, obj: T, finalizer: string): Promise<T> {

@@ -18,9 +18,9 @@ import { ClusterFinalizer, ManagedClusterConditionType, ManagedClusterResource, 
 import { ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
 import { findCondition, isTrue } from "../shared/conditions.ts";
-import { handleEvent, type Io } from "../shared/harness.ts";
+import type { Io } from "../shared/harness.ts";
 import fn, { type Config } from "../functions/cluster-acceptor/reconcile.ts";
-import { objectEvent } from "./support/functions.ts";
+import { deliverAsRelay, objectEvent } from "./support/functions.ts";
 import { functionIo } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -53,7 +53,7 @@ afterAll(async () => {
 
 // On ours, the event a change produces, delivered to the function.
 async function deliver(object: KubeObject, verb: "add" | "update" | "delete" = "update"): Promise<void> {
-  const reply = await handleEvent(fn.spec, io, objectEvent({ cluster: OURS, object, verb }));
+  const reply = await deliverAsRelay(fn.spec, io, objectEvent({ cluster: OURS, object, verb }));
   expect(reply.statusCode, reply.body).toBe(204);
 }
 const typed = (r: { group: string; version: string; kind: string }, o: KubeObject): KubeObject => ({ apiVersion: `${r.group}/${r.version}`, kind: r.kind, ...o });

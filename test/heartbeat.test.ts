@@ -34,6 +34,7 @@ import { RebootstrapRequiredMessage } from "../components/heartbeat/health.ts";
 import type { Lease } from "../components/heartbeat/lease.ts";
 import { activate, healthRecord, withoutAgentConfig } from "./support/agent-checkpoint.ts";
 import { eventually } from "./support/eventually.ts";
+import { reconcileAsRelay } from "./support/functions.ts";
 
 let local: LocalClusters;
 let hubCluster: LocalCluster;
@@ -121,7 +122,7 @@ async function createCluster(c: Joined, leaseDurationSeconds: number): Promise<v
 
 // The acceptor's reconcile, retried as its event source would retry a 503 (a fresh API server answers
 // 429 while a CRD's storage initialises).
-const accept = (c: Joined) => eventually(() => clusterAcceptorModule.reconcile(acceptorIo, { cluster: "hub", name: c.name }));
+const accept = (c: Joined) => eventually(() => reconcileAsRelay(clusterAcceptorModule.reconcile, acceptorIo, { cluster: "hub", name: c.name }));
 
 const lease = (c: Joined) => hubAdmin.get<Lease>(LeaseResource, ManagedClusterLeaseName, c.name);
 const managedCluster = async (c: Joined) => (await hubAdmin.get<ManagedCluster>(ManagedClusterResource, c.name))!;

@@ -9,7 +9,7 @@ import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip, type Related, type Watch } from "../../shared/sdk.ts";
-import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { resourcePath, type KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, wouldWrite } from "../../shared/apply.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -24,6 +24,7 @@ import {
   NamespaceResource,
   RoleBindingResource,
   RoleResource,
+  SubjectAccessReviewResource,
 } from "../../shared/api/kube.ts";
 import {
   ClusterAnnotation,
@@ -39,7 +40,7 @@ import {
 } from "../../shared/api/cluster.ts";
 import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
 import { ManifestWorkResource, WorkFinalizer } from "../../shared/api/work.ts";
-import { AddonNameLabel } from "../../shared/api/registration.ts";
+import { AddonNameLabel, agentUser, clusterGroup } from "../../shared/api/registration.ts";
 import { HubRbacName } from "../../shared/api/register.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { bootstrapApprovable } from "../../shared/cluster-csr.ts";
@@ -109,6 +110,7 @@ export default defineFunction({
     { cluster: c.hubCluster, why: "granted by the registration and work roles", apiGroups: ["", "events.k8s.io"], resources: ["events"], verbs: ["create", "patch", "update"] },
     { cluster: c.hubCluster, why: "read: do ManifestWorks still hold the work RoleBinding's finalizer; delete: a deleted cluster's works (OCM's gc); the other writes: granted by the work role", apiGroups: ["work.open-cluster-management.io"], resources: ["manifestworks"], verbs: ["update", "patch", "delete"] },
     { cluster: c.hubCluster, why: "held so that the work role can be granted", apiGroups: ["work.open-cluster-management.io"], resources: ["manifestworks/status"], verbs: ["patch", "update"] },
+    { cluster: c.hubCluster, why: "HubAccepted is written once the authorizer grants the cluster's agents what acceptance bound", apiGroups: ["authorization.k8s.io"], resources: ["subjectaccessreviews"], verbs: ["create"] },
     { cluster: c.hubCluster, why: "the per-cluster roles and the bindings of an accepted cluster's agents; deleted only by names derived from a cluster's", apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterroles", "clusterrolebindings", "rolebindings"], verbs: ["create", "update", "patch", "delete"] },
   ],
   reconcile,
@@ -327,9 +329,15 @@ async function bootstrappedByAutoApprovalUser(hub: KubeClient, cluster: string, 
 
 const isDenied = (csr: CertificateSigningRequest) => (csr.status?.conditions ?? []).some((c) => c.type === CsrConditionType.Denied);
 
+// With the finalizers acceptance puts on, so that acceptance has no patch of its own to make.
 async function autoAccept(hub: KubeClient, c: ManagedCluster, now: Date): Promise<ManagedCluster> {
+  const finalizers = c.metadata.finalizers ?? [];
   const patch = {
-    metadata: { resourceVersion: c.metadata.resourceVersion, annotations: { [ClusterAnnotation.AutomaticallyAcceptedOn]: rfc3339(now) } },
+    metadata: {
+      resourceVersion: c.metadata.resourceVersion,
+      annotations: { [ClusterAnnotation.AutomaticallyAcceptedOn]: rfc3339(now) },
+      finalizers: [...finalizers, ...acceptedFinalizers.filter((f) => !finalizers.includes(f))],
+    },
     ...(c.spec?.hubAcceptsClient ? {} : { spec: { hubAcceptsClient: true } }),
   };
   return hub.patch<ManagedCluster>(ManagedClusterResource, c.metadata.name, patch);
@@ -346,22 +354,60 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, 
       errors.push(err);
     }
   };
-  await attempt(() => ensureClusterNamespace(hub, name, namespace));
-  let finalized = cluster;
-  for (const f of acceptedFinalizers) finalized = await addFinalizer(hub, ManagedClusterResource, finalized, f);
-  // A joining agent waits for all of these, so each wave is written at once.
+  // A joining agent waits for all of this, so it is written in two waves, each at once: what needs
+  // nothing (the namespace, every role, both finalizers in one patch), then what needs the first wave
+  // (every binding and the lease, in the namespace). Strictly one wave cannot be: a RoleBinding's
+  // namespace must exist, and binding the per-cluster role before it exists takes an unrestricted `bind`.
   const [roles, bindings] = acceptedRbacSteps(hub, name);
-  await Promise.all([...roles!, () => createLeaseIfMissing(hub, name, io.clock.now())].map(attempt));
-  await Promise.all(bindings!.map(attempt));
+  const [finalized] = await Promise.all([
+    addFinalizer(hub, ManagedClusterResource, cluster, ...acceptedFinalizers),
+    attempt(() => ensureClusterNamespace(hub, name, namespace)),
+    ...roles!.map(attempt),
+  ]);
+  await Promise.all([...bindings!, () => createLeaseIfMissing(hub, name, io.clock.now())].map(attempt));
 
-  const condition = errors.length === 0 ? acceptedCondition : acceptErrorCondition(errors);
-  await writeAccepted(hub, finalized, condition, io.clock.now());
   if (errors.length > 0) {
+    await writeAccepted(hub, finalized, acceptErrorCondition(errors), io.clock.now());
     io.log.warn({ cluster: name, errors: errors.map(messageOf) }, "accepted with errors");
     throw errors[0]; // its class decides whether the source retries
   }
+  // HubAccepted=True is what wakes the agent's work on the hub, so it is written only once the
+  // authorizer grants what the bindings just written give: an agent woken by it is never refused a
+  // permission still on its way, and needs no retry on 403 (issue 26).
+  if (!hasCondition(finalized.status?.conditions, acceptedCondition)) {
+    const pending = await grantsPending(hub, name);
+    if (pending.length > 0) {
+      io.log.info({ cluster: name, pending }, "accepted, but the authorizer does not grant it all yet: HubAccepted waits");
+      return { recheckInMs: GRANT_RECHECK_MS };
+    }
+  }
+  await writeAccepted(hub, finalized, acceptedCondition, io.clock.now());
   io.log.info({ cluster: name }, "accepted");
   return done;
+}
+
+// The authorizer's view of a new binding lags its write by the API server's informer (milliseconds).
+const GRANT_RECHECK_MS = 100;
+
+// One permission per binding acceptance writes, asked of the authorizer for the cluster's agents'
+// group: which of them it does not grant yet.
+async function grantsPending(hub: KubeClient, cluster: string): Promise<string[]> {
+  const checks = {
+    [HubRbacName.cluster(cluster)]: { group: ManagedClusterResource.group, resource: ManagedClusterResource.plural, subresource: "status", verb: "patch", name: cluster },
+    [HubRbacName.registrationRoleBinding(cluster)]: { group: LeaseResource.group, resource: LeaseResource.plural, verb: "update", namespace: cluster, name: ManagedClusterLeaseName },
+    [HubRbacName.workRoleBinding(cluster)]: { group: ManifestWorkResource.group, resource: ManifestWorkResource.plural, verb: "list", namespace: cluster },
+  };
+  const answers = await Promise.all(
+    Object.entries(checks).map(async ([binding, resourceAttributes]) => {
+      const review = await hub.request<{ status?: { allowed?: boolean } }>("POST", resourcePath(SubjectAccessReviewResource), {
+        apiVersion: `${SubjectAccessReviewResource.group}/${SubjectAccessReviewResource.version}`,
+        kind: SubjectAccessReviewResource.kind,
+        spec: { user: agentUser(cluster, "acceptance"), groups: [clusterGroup(cluster)], resourceAttributes },
+      });
+      return review.status?.allowed === true ? [] : [binding];
+    }),
+  );
+  return answers.flat();
 }
 
 async function deny(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster): Promise<Outcome> {
@@ -507,10 +553,9 @@ async function removeRoleBindings(hub: KubeClient, cluster: string): Promise<num
 }
 const worksWait = (io: Io<Config>, cluster: string, works: number) => waitFor(io, cluster, "work RoleBinding kept: ManifestWorks remain", { works });
 
-// Ordered so that every role exists before its binding: the API server's bind check resolves the role
-// to confirm the writer holds all its permissions.
-// In two waves: the roles, then the bindings (the API server checks a binding against the rules of the
-// role it names, so the role must be there first). Within a wave the objects are independent.
+// The two waves of acceptance: the roles, then the bindings (the API server checks a binding against
+// the rules of the role it names, so the role must be there first). Within a wave the objects are
+// independent. The work RoleBinding is created with its finalizer; one found without it gets it.
 function acceptedRbacSteps(hub: KubeClient, cluster: string): (() => Promise<unknown>)[][] {
   return [
     [

@@ -42,7 +42,7 @@ import { done, handleEvent, jsonLog, serve, type Io, type Reply } from "../../sh
 import fn, { type Config } from "../../functions/cluster-acceptor/reconcile.ts";
 import { clusterRole } from "../../functions/cluster-acceptor/rbac.ts";
 import csrApprover, * as csrApproverModule from "../../functions/csr-approver/reconcile.ts";
-import { objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
+import { deliverAsRelay, objectEvent, postEvent, startFunctionServer, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { recordingRequests } from "../support/requests.ts";
 import { allowCsrRequests, bootstrapIdentities, functionIo, startHub, type Hub, type Requester } from "../support/fixtures.ts";
@@ -96,7 +96,7 @@ async function bootstrapCsr(requester: KubeClient, c: string, commonName = agent
 }
 
 async function deliver(event: Record<string, unknown>): Promise<Reply> {
-  const reply = await handleEvent(fn.spec, io, event);
+  const reply = await deliverAsRelay(fn.spec, io, event);
   expect(reply.statusCode, reply.body).toBe(204);
   return reply;
 }
@@ -474,6 +474,38 @@ describe("what the cluster's agent may do on the hub", () => {
     // the hub assigns, the agent only reports: not even its own spec
     await forbidden(agentA.patch(AgentConfigResource, AgentConfigName, { spec: { settings: { logLevel: "error" } } }, { namespace: a }));
     expect((await admin.get(AgentConfigResource, AgentConfigName, b))!.metadata.resourceVersion).toBe(bBefore);
+  });
+});
+
+describe("acceptance in two waves, declared once the authorizer grants it", () => {
+  it("sends the namespace, every role and both finalizers at once, then every binding and the lease at once, then asks the authorizer, and only then writes HubAccepted", async () => {
+    const c = `c${suffix()}`;
+    const rec = recordingRequests(io);
+    const event = clusterEvent(await createCluster(c, true));
+    expect((await handleEvent(fn.spec, rec.io, event)).statusCode).toBe(204);
+    // the first delivery's requests; a recheck (the authorizer not there yet) redoes the reads and asks again
+    const firstDelivery = rec.timeline.slice();
+    expect((await deliverAsRelay(fn.spec, rec.io, event)).statusCode).toBe(204);
+    const cluster = resourcePath(ManagedClusterResource, { name: c });
+    const of = (test: (r: { method: string; path: string }) => boolean) => firstDelivery.filter(test);
+    const first = of((r) => (r.method === "POST" && r.path === resourcePath(NamespaceResource)) || r.path.startsWith(resourcePath(ClusterRoleResource)) || (r.method === "PATCH" && r.path === cluster));
+    const second = of((r) => r.path.startsWith(resourcePath(ClusterRoleBindingResource)) || r.path.startsWith(resourcePath(RoleBindingResource, { namespace: c })) || r.path.startsWith(resourcePath(LeaseResource, { namespace: c })));
+    const reviews = of((r) => r.method === "POST" && r.path === resourcePath(SubjectAccessReviewResource));
+    // Each wave starts every one of its objects before any answer comes back: in the first the namespace,
+    // the three ClusterRoles and the finalizer patch; in the second the ClusterRoleBinding, both
+    // RoleBindings and the lease (each object's first request, a read where the object may exist).
+    const startedAtOnce = (rs: typeof first) => rs.filter((r) => r.sent < Math.min(...rs.map((x) => x.answered))).length;
+    expect(startedAtOnce(first)).toBe(5);
+    expect(startedAtOnce(second)).toBe(4);
+    // ...the second after the first was answered, the reviews after the second, the condition last
+    expect(Math.max(...first.map((r) => r.answered))).toBeLessThan(Math.min(...second.map((r) => r.sent)));
+    expect(reviews.length).toBeGreaterThanOrEqual(3);
+    expect(Math.max(...second.map((r) => r.answered))).toBeLessThan(Math.min(...reviews.map((r) => r.sent)));
+    const written = rec.timeline.filter((r) => r.method === "PATCH" && r.path === `${cluster}/status`);
+    expect(written).toHaveLength(1);
+    const asked = rec.timeline.filter((r) => r.method === "POST" && r.path === resourcePath(SubjectAccessReviewResource) && r.sent < written[0]!.sent);
+    expect(Math.max(...asked.map((r) => r.answered))).toBeLessThan(written[0]!.sent);
+    expect(findCondition((await readCluster(c))?.status?.conditions, ManagedClusterConditionType.HubAccepted)?.status).toBe("True");
   });
 });
 

@@ -18,7 +18,7 @@ import fn, { ConfigSchema, pendingSecretName, type Config } from "../../function
 import acceptor from "../../functions/cluster-acceptor/reconcile.ts";
 import approver from "../../functions/csr-approver/reconcile.ts";
 import { findCondition } from "../../shared/conditions.ts";
-import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { identityFor, objectEvent, postEvent, reconcileAsRelay, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 
 const AGENT_NS = "open-cluster-management-agent";
@@ -239,7 +239,7 @@ describe("rotation", () => {
     const approverIo = testIo({ hub: await identityFor(hub, "csr-approver") }, approver.definition.config.parse({ hubCluster: "hub", autoApprovalUsers: [] }));
     const cluster = (await hubAdmin.get<{ metadata: { name: string }; spec: object }>(ManagedClusterResource, agent.config.clusterName))!;
     await hubAdmin.update(ManagedClusterResource, { ...cluster, spec: { ...cluster.spec, hubAcceptsClient: true } });
-    await reconcileKey(acceptor.spec, acceptorIo, { cluster: "hub", name: agent.config.clusterName });
+    await reconcileAsRelay((io, key) => reconcileKey(acceptor.spec, io, key), acceptorIo, { cluster: "hub", name: agent.config.clusterName });
 
     const cert = readCertificate(secretText(first, "tls.crt")!);
     const life = cert.notAfter.getTime() - cert.notBefore.getTime();
