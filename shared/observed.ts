@@ -16,6 +16,7 @@ import { groupOf } from "./api/meta.ts";
 import { metrics } from "./metrics.ts";
 import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
 import type { LabelQuery } from "./selector-query.ts";
+import { labelSelectorObject, matches } from "./label-match.ts";
 
 // One object as the source holds it; without `object` the source knows there is no such object.
 // `conditional`: the function writes it only conditionally (shared/sdk.ts Related), so it is never
@@ -101,7 +102,14 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     return undefined;
   }
 
-  async function confirmBeforeWrite(conditioned?: { object: string; rv: string }): Promise<void> {
+  // Writes sent at once confirm one after another, each what was used before it; a stale state found
+  // once refuses every later write of the reconcile too.
+  let confirming: Promise<void> = Promise.resolve();
+  function confirmBeforeWrite(conditioned?: { object: string; rv: string }): Promise<void> {
+    confirming = confirming.then(() => confirmNow(conditioned));
+    return confirming;
+  }
+  async function confirmNow(conditioned?: { object: string; rv: string }): Promise<void> {
     const stale: string[] = [];
     for (const u of used.slice(confirmedUpTo, (confirmedUpTo = used.length))) {
       if (conditioned && u.object === conditioned.object && u.rv === conditioned.rv) continue;
@@ -134,12 +142,14 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       const selector = typeof o.labelSelector === "object" ? (o.labelSelector.selects === "nothing" ? undefined : o.labelSelector.labelSelector) : o.labelSelector;
       const id = kindId(cluster, r.group, r.kind);
       const byField = fieldFilter(o.fieldSelector);
-      const match = byField && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id)
-        ? (lists.get(id) ?? []).find((l) => l.namespace === o.namespace && (l.labelSelector || undefined) === (selector || undefined))
-        : undefined;
+      const candidates = byField && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id) ? (lists.get(id) ?? []).filter((l) => l.namespace === o.namespace) : [];
+      // the list handed for that selector, or else the whole scope filtered here by it
+      const exact = candidates.find((l) => (l.labelSelector || undefined) === (selector || undefined));
+      const byLabels = exact || !selector ? undefined : labelFilter(selector);
+      const match = exact ?? (byLabels ? candidates.find((l) => !l.labelSelector) : undefined);
       if (match && match.items.every((i) => fresh(i, r.kind))) {
         observedReads.inc([fn, "handed"]);
-        const items = match.items.filter(byField!);
+        const items = match.items.filter((i) => byField!(i) && (!byLabels || byLabels(i)));
         for (const i of items) note(i, r.kind);
         const versions = (items: readonly KubeObject[]) => items.map((i) => `${i.metadata.namespace ?? ""}/${i.metadata.name}@${i.metadata.resourceVersion}`).sort().join(",");
         const want = versions(items);
@@ -208,6 +218,19 @@ function conditionOf(verb: string, r: ApiResource, args: unknown[]): { object: s
     return typeof rv === "string" && rv && type === "merge" ? { object: objectId(r.kind, o?.namespace, name), rv } : undefined;
   }
   return undefined;
+}
+
+// A label selector as a filter over a whole handed scope, for the forms labelSelectorObject reads
+// (`key`, `!key`, `key=value`, `key!=value`); any other (set-based `in`, `notin`): undefined, and the
+// API server answers it.
+function labelFilter(selector: string): ((o: KubeObject) => boolean) | undefined {
+  let parsed: ReturnType<typeof labelSelectorObject>;
+  try {
+    parsed = labelSelectorObject(selector);
+  } catch {
+    return undefined; // not a form read here: not a fault, the API server answers it
+  }
+  return (o) => matches(parsed, o.metadata.labels as Record<string, string> | undefined);
 }
 
 // The field selectors every kind serves, as a filter: "metadata.name=X" and "metadata.namespace=X",

@@ -3,7 +3,7 @@
 // real relay costs the function no request; a handed view older than one already judged, or changed
 // before a write, is never what a write goes by.
 import { afterAll, beforeAll, describe, it, expect } from "vitest";
-import { KubeClient } from "../shared/kube/client.ts";
+import { KubeClient, resourcePath } from "../shared/kube/client.ts";
 import { LeaseResource, NamespaceResource } from "../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition, setCondition } from "../shared/conditions.ts";
@@ -22,6 +22,8 @@ import { testIo } from "./support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "./support/fixtures.ts";
 import scheduler from "../functions/placement-scheduler/reconcile.ts";
 import acceptor from "../functions/cluster-acceptor/reconcile.ts";
+import clusterSets from "../functions/cluster-sets/reconcile.ts";
+import { DefaultClusterSetName, ManagedClusterSetBindingResource, ManagedClusterSetConditionType, ManagedClusterSetResource, type ManagedClusterSet } from "../shared/api/cluster.ts";
 import { ClusterRoleResource } from "../shared/api/kube.ts";
 import { HubRbacName } from "../shared/api/register.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
@@ -127,6 +129,42 @@ describe("observed state handed by a real relay", () => {
       await eventually(async () => expect(await available(c)).toBe("Unknown"), { timeoutMs: 20_000 });
       const lists = rec.requests.filter((r) => r.method === "GET" && /\/(managedclusters|leases)$/.test(r.path.split("?")[0]!));
       expect(lists).toEqual([]);
+    } finally {
+      await relay?.stop();
+      await server.close();
+    }
+  });
+});
+
+describe("cluster-sets judged from the fleet handed with its event", () => {
+  it("a ManagedCluster change that moves no set's count is judged with no ManagedCluster read from the API; a label that moves a cluster into a set is counted from the handed fleet", async () => {
+    const setsConfig = { hubCluster: HUB };
+    const identity = await readyIdentity(hub.cluster, clusterSets.spec.name, [ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource]);
+    const team = `team-${suffix()}`;
+    await admin.create(ManagedClusterSetResource, { metadata: { name: team } });
+    const clusters = await Promise.all([0, 1, 2].map(async (i) => (await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: `${team}-c${i}`, labels: { [ClusterLabel.ClusterSet]: DefaultClusterSetName } }, spec: { hubAcceptsClient: false } })).metadata.name));
+    const rec = recordingRequests(testIo({ [HUB]: identity }, setsConfig));
+    const server = await startFunction(clusterSets.spec, rec.io);
+    let relay: Relay | undefined;
+    const emptyOf = async (set: string) => findCondition((await admin.get<ManagedClusterSet>(ManagedClusterSetResource, set))?.status?.conditions, ManagedClusterSetConditionType.ClusterSetEmpty)?.message;
+    try {
+      relay = startRelay({ ...relayConfigFor(clusterSets, setsConfig, { [HUB]: identity }, server.url), resync: { intervalMs: 0 }, log: jsonLog("relay", "quiet") });
+      await relay.ready;
+      const sink = () => relay!.status().sinks[0]!;
+      await eventually(async () => expect(await emptyOf(team)).toBe("No ManagedCluster selected"));
+      await eventually(() => expect(sink().pending + sink().inFlight).toBe(0));
+      const fleetReads = () => rec.requests.filter((r) => r.method === "GET" && r.path.split("?")[0] === resourcePath(ManagedClusterResource));
+      rec.requests.length = 0;
+      const received = sink().received;
+      // a label no set selects on: every set is recounted, from what the event hands
+      await admin.patch(ManagedClusterResource, clusters[0]!, { metadata: { labels: { unrelated: "x" } } });
+      await eventually(() => expect(sink().received).toBeGreaterThan(received));
+      await eventually(() => expect(sink().pending + sink().inFlight).toBe(0));
+      expect(fleetReads()).toEqual([]);
+      expect(rec.writes()).toEqual([]);
+      // into the team's set: counted from the handed fleet, then confirmed before the status is written
+      await admin.patch(ManagedClusterResource, clusters[1]!, { metadata: { labels: { [ClusterLabel.ClusterSet]: team } } });
+      await eventually(async () => expect(await emptyOf(team)).toBe("1 ManagedClusters selected"));
     } finally {
       await relay?.stop();
       await server.close();

@@ -5,6 +5,7 @@
 // would hold the object; anything else is left out and the function reads it from the API.
 import type { CloudEvent } from "cloudevents";
 import { groupOf, type ApiResource } from "../../shared/api/meta.ts";
+import { DEFAULT_BODY_LIMIT } from "../../shared/cloudevents-server.ts";
 import { PingSourceType, StateExtension } from "../../shared/events.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { labelSelectorObject, matches } from "../../shared/label-match.ts";
@@ -60,17 +61,32 @@ const handed = (cluster: string, c: Cache, namespace: string | undefined, name: 
   ...(object ? { object: withTypeMeta(c.resource, object) } : {}),
 });
 
-// The objects in a cache that `scope` selects, if the cache holds all of them.
-function listOf(cluster: string, c: Cache, scope: { namespace?: string; labelSelector?: string }): HandedList | undefined {
+// What the lists of one event may add up to, in bytes of JSON: two thirds of what a function's server
+// takes a request, leaving the rest for the event's own object and the named objects. A list that
+// would pass it is not handed: the function reads it from the API, as on any miss.
+export const HANDED_LISTS_MAX_BYTES = Math.floor((DEFAULT_BODY_LIMIT * 2) / 3);
+// Lists this short are never near the budget (a few KiB an object): they are not measured.
+const UNMEASURED_ITEMS = 64;
+
+type Budget = { bytes: number };
+
+// The objects in a cache that `scope` selects, if the cache holds all of them and they fit the budget.
+function listOf(cluster: string, c: Cache, scope: { namespace?: string; labelSelector?: string }, budget: Budget): HandedList | undefined {
   const complete = !c.fieldSelector && (!c.labelSelector || c.labelSelector === scope.labelSelector) && (c.namespace === undefined || c.namespace === scope.namespace);
   if (!complete) return undefined;
+  const items = c.objects().filter((o) => inScope(scope, o)).map((o) => withTypeMeta(c.resource, o));
+  if (items.length > UNMEASURED_ITEMS) {
+    const bytes = items.reduce((sum, o) => sum + JSON.stringify(o).length, 0);
+    if (bytes > budget.bytes) return undefined;
+    budget.bytes -= bytes;
+  }
   return {
     cluster,
     apiVersion: apiVersionOf(c.resource),
     kind: c.resource.kind,
     ...(scope.namespace !== undefined ? { namespace: scope.namespace } : {}),
     ...(scope.labelSelector ? { labelSelector: scope.labelSelector } : {}),
-    items: c.objects().filter((o) => inScope(scope, o)).map((o) => withTypeMeta(c.resource, o)),
+    items,
   };
 }
 
@@ -90,12 +106,13 @@ function one(cluster: string, c: Cache, namespace: string | undefined, name: str
 export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent<unknown>): Observed | "unrelated" | undefined {
   const attrs = event as unknown as Record<string, unknown>;
   const cluster = String(attrs.cluster ?? "");
+  const budget: Budget = { bytes: HANDED_LISTS_MAX_BYTES };
   if (event.type === PingSourceType) {
     const lists = state.watches
       .filter((w) => w.onTick && w.cluster === cluster)
       .flatMap((w) => {
         const c = caches(w.cluster, w.group, w.kind);
-        const l = c && listOf(cluster, c, w);
+        const l = c && listOf(cluster, c, w, budget);
         return l ? [l] : [];
       });
     return lists.length ? { objects: [], lists } : undefined;
@@ -130,7 +147,7 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
     }
     const selector = expand(r.labelSelector, subject);
     if (r.labelSelector !== undefined && selector === undefined) continue;
-    const l = listOf(cluster, c, { ...(ns !== undefined ? { namespace: ns } : {}), ...(selector ? { labelSelector: selector } : {}) });
+    const l = listOf(cluster, c, { ...(ns !== undefined ? { namespace: ns } : {}), ...(selector ? { labelSelector: selector } : {}) }, budget);
     if (r.required && l && l.items.length === 0) return "unrelated";
     if (l) lists.push(l);
   }

@@ -47,14 +47,16 @@ export type Config = HubCluster;
 export default defineFunction({
   name: "cluster-sets",
   config: HubClusterSchema,
-  // Every kind in either mode: the keys are names, and the function reads everything else.
+  // Every kind in either mode: the keys are names. Each event comes with the fleet as the source's
+  // cache holds it (every ManagedCluster), so a set is counted, its clusters' managed namespaces judged
+  // and the clusters without a set found from that, not from a list of the fleet per set and per event.
   watches: (c) => [
-    { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true },
+    { cluster: c.hubCluster, resource: ManagedClusterSetResource, mode: "Either", root: true, related: [fleet] },
     // OCM's admission holds a binding's name equal to spec.clusterSet, so the name is the set's key.
-    { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]), onTick: true },
-    // with the sets and bindings, so mapping a cluster's change to the sets to recount, and each set's
-    // bindings, read nothing
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }] },
+    { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]), related: [{ resource: ManagedClusterSetResource }, fleet], onTick: true },
+    // with the sets and bindings too, so mapping a cluster's change to the sets to recount, and each
+    // set's bindings, read nothing
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }, fleet], onTick: true },
   ],
   resyncSeconds: 60,
   resync,
@@ -71,6 +73,8 @@ export default defineFunction({
   ],
   reconcile,
 });
+
+const fleet = { resource: ManagedClusterResource };
 
 const keysFor = (hub: string, names: readonly string[]): Key[] => [...new Set(names)].map((name) => ({ cluster: hub, name }));
 
