@@ -1,7 +1,8 @@
 // A spoke function's reconcile as its cluster's agent on the hub: the hub client from the agent's
 // secrets (shared/hub-credentials.ts), the spoke under the function's own identity, and the time of the
-// reconcile. Until the agent is bootstrapped it has nothing to do as that identity: the reconcile is
-// done, with a log line that says why.
+// reconcile. Until the agent is bootstrapped, and while the hub refuses that identity what the reconcile
+// needs, it has nothing to do as that identity: the reconcile is done at once, with a log line that
+// says why, and the relay's watch under the identity wakes it when that changes.
 import { done, type Io, type Outcome } from "./harness.ts";
 import { withAgentHub, type AgentSecrets } from "./hub-credentials.ts";
 import type { KubeClient } from "./kube/client.ts";
@@ -17,7 +18,7 @@ export async function asAgent<C extends AgentSecrets & { managementCluster: stri
     now,
     (hub) => use({ hub, spoke, now }),
     (reason) => {
-      io.log.info({ ...logged, reason }, "skipped: not bootstrapped");
+      io.log.info({ ...logged, reason }, "skipped: the cluster's identity has no hub access (not bootstrapped, or not granted)");
       return done;
     },
   );

@@ -23,7 +23,6 @@ import { classifyError, decisionOf, missingPermission, type Decision, type Missi
 import type { KubeClient } from "./kube/client.ts";
 import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
 import { noteHanded, observedClients, type Observed, type Seen } from "./observed.ts";
-import { sleep } from "./timers.ts";
 
 export type Key = { cluster: string; namespace?: string; name: string };
 export type Outcome = { done: true } | { recheckInMs: number };
@@ -83,10 +82,6 @@ const eventsSkipped = metrics.counter("ocmf_events_skipped_total", "CloudEvents 
 const failures = metrics.counter("ocmf_errors_total", "Failures per function by stage (keys, reconcile) and class (rbac-defect, denied, conflict, transient, not-found, already-exists, unauthorized, invalid, unknown)", ["controller", "stage", "class"]);
 
 const CONFLICT_RETRIES = 3;
-// Permissions granted by another reconciler (acceptance, rotation) reach the authorizer a moment after
-// the event that needs them: a call the authorizer refused (never one admission denied) is tried again
-// a few times at once, then it is a permission missing.
-const FORBIDDEN_RETRY_DELAYS_MS = [200, 500];
 
 // JSON lines, one object per decision, as a log pipeline wants them: on stderr, to `out`, or nowhere.
 export function jsonLog(fn: string, out?: "quiet" | ((line: string) => void)): Log {
@@ -133,13 +128,13 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
   throw errors.length === 1 ? errors[0] : new AggregateError(errors, result.failures.map((f) => f.message).join("; "));
 }
 
-// Runs one reconcile. Only two failures are tried again here, at once: a write conflict (the next read
-// sees the new version), and the authorizer's refusal, after a short wait for a grant on its way;
-// anything else is decided at its first throw. A run judged from handed state (shared/observed.ts) is
+// Runs one reconcile. Only a write conflict is tried again here, at once (the next read sees the new
+// version); anything else is decided at its first throw. The authorizer's refusal is never waited out
+// in the request: a grant on its way wakes the function by an event of its own (an agent's, through
+// shared/hub-credentials.ts withAgentHub), and any other refusal is a permission missing. A run judged from handed state (shared/observed.ts) is
 // tried again with `live` clients: after a conflict, only the API's answer counts.
 async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live: Io<C> = first): Promise<Result> {
   let conflicts = 0;
-  let refusals = 0;
   for (let io = first; ; io = live) {
     try {
       return { outcome: await spec.reconcile(io, key) };
@@ -147,12 +142,6 @@ async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live
       const failures = membersOf(err).map(judged);
       if (failures.every((f) => f.class === "conflict") && ++conflicts < CONFLICT_RETRIES) {
         io.log.info({ attempt: conflicts, error: failures[0]?.message }, "conflict: re-reading and trying again");
-        continue;
-      }
-      if (failures.every((f) => f.decision === "permission" || f.class === "conflict") && refusals < FORBIDDEN_RETRY_DELAYS_MS.length) {
-        const wait = FORBIDDEN_RETRY_DELAYS_MS[refusals++]!;
-        io.log.info({ attempt: refusals, waitMs: wait }, "forbidden: waiting for the permission to arrive");
-        await sleep(wait);
         continue;
       }
       return { failures };

@@ -2,8 +2,9 @@
 // write (§3.4), whether that secret is still good (OCM's IsHubKubeConfigValid, §3.5), and clients from them.
 import { createHash } from "node:crypto";
 import { parse, stringify } from "yaml";
-import { HubKubeconfigLayout, HubSecretKey, agentUser } from "./api/registration.ts";
+import { HubKubeconfigLayout, HubSecretKey, SubjectPrefix, agentUser } from "./api/registration.ts";
 import { KubeClient, type KubeObject } from "./kube/client.ts";
+import { classifyError, missingPermission } from "./kube/errors.ts";
 import { SecretResource } from "./api/kube.ts";
 import { readCertificate, type CertificateInfo } from "./certificate.ts"; // not ./pki.ts: the heartbeat bundles this file
 
@@ -159,9 +160,29 @@ function remember(spoke: KubeClient, s: AgentSecrets, entry: CachedHub): void {
 }
 
 // The hub as the cluster's own identity for one use. Until the agent is bootstrapped a spoke function
-// has nothing to do as that identity: `notYet` answers instead, with the reason.
+// has nothing to do as that identity: `notYet` answers instead, with the reason. So too while the hub
+// refuses that identity what the function needs (acceptance's grants not landed yet, or narrowed by a
+// deny): no wait and no retry on the 403. What wakes the function again is the relay's watch under the
+// same identity: once the grant lands its watches list, and the ManagedCluster's HubAccepted=True,
+// written only once the authorizer grants the agents everything acceptance bound, reaches it.
 export async function withAgentHub<T>(spoke: KubeClient, s: AgentSecrets, now: Date, use: (hub: KubeClient) => Promise<T>, notYet: (reason: string) => T): Promise<T> {
   const got = await bootstrappedHubClient(spoke, s, now);
   if (!("hub" in got)) return notYet(got.reason);
-  return use(got.hub);
+  try {
+    return await use(got.hub);
+  } catch (err) {
+    const refused = agentRefusal(err);
+    if (refused === undefined) throw err;
+    return notYet(refused);
+  }
+}
+
+// Why the hub refused the cluster's own identity, when every failure in `err` is such a refusal (a 403
+// from the authorizer for one of OCM's cluster users); undefined for anything else, which the caller
+// throws as it is (a function's own identity refused on the spoke is an RBAC defect, never a wait).
+export function agentRefusal(err: unknown): string | undefined {
+  const members = err instanceof AggregateError ? err.errors : [err];
+  const refusals = members.map((e) => (classifyError(e) === "forbidden" ? missingPermission(e) : undefined));
+  if (refusals.length === 0 || refusals.some((m) => !m?.user?.startsWith(SubjectPrefix))) return undefined;
+  return `the hub does not grant ${refusals[0]!.user} ${refusals.map((m) => `${m!.verb} ${m!.resource}${m!.namespace ? ` in ${m!.namespace}` : ""}`).join(", ")} (yet)`;
 }

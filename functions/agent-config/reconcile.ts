@@ -44,7 +44,7 @@ import { rfc3339 } from "../../shared/clock.ts";
 import { asJson, asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
-import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import { agentRefusal, bootstrappedHubClient } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
 import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
@@ -143,6 +143,13 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
     // Not reaching the hub says nothing about the config: judge nothing, keep the checkpoint, and let
     // the source retry. Noting the outage restarts the failure clock once the hub is back, so a record
     // that failed only because the hub was down is not held against the config.
+    // Refused as the cluster's identity: acceptance's grants not landed yet (or a deny). Nothing is
+    // judged and nothing waits; the relay's watch under that identity wakes this again (withAgentHub).
+    const refused = agentRefusal(err);
+    if (refused) {
+      io.log.info({ reason: refused }, "skipped: the hub refuses this cluster's identity, nothing judged");
+      return done;
+    }
     const kind = classifyError(err);
     if (kind === "transient" || kind === "unauthorized") {
       const error = err instanceof Error ? err.message : String(err);

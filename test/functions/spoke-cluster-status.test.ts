@@ -14,6 +14,9 @@ import { ClusterClaimResource, ClusterLabel, ManagedClusterConditionType, Manage
 import type { Lease } from "../../shared/cluster-lease.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { HealthKey } from "../../shared/agent-config.ts";
+import { bootstrappedHubClient } from "../../shared/hub-credentials.ts";
+import { classifyError } from "../../shared/kube/errors.ts";
+import { HubRbacName } from "../../shared/api/register.ts";
 import { ClusterEventReason, ManagedClusterMessage } from "../../shared/api/health.ts";
 import { availableEventMessage, ClockOutOfSyncMessage, SpokeStatusEventReason, unavailableEventMessage } from "../../shared/api/spoke-status.ts";
 import { findCondition, setCondition } from "../../shared/conditions.ts";
@@ -108,6 +111,37 @@ async function createNodes(nodes: Record<string, NodeSpec>): Promise<string[]> {
   return names;
 }
 const deleteNodes = (names: readonly string[]) => Promise.all(names.map((n) => spokeAdmin.delete(NodeResource, n)));
+
+describe("while the hub refuses the cluster's identity", { timeout: FLEET_TEST_MS }, () => {
+  it("answers done at the first refusal, with no wait or retry and the refusal logged, writes nothing to the hub, and writes again once the grant is back", async () => {
+    const binding = (await fleet.hub.get<KubeObject>(ClusterRoleBindingResource, HubRbacName.cluster(CLUSTER)))!;
+    const lines: { msg: string; reason?: string }[] = [];
+    const log = { info: (f: object, msg: string) => lines.push({ msg, ...f }), warn: (f: object, msg: string) => lines.push({ msg, ...f }), error: (f: object, msg: string) => lines.push({ msg, ...f }) };
+    const io = { ...ioWith(), log };
+    await fleet.hub.delete(ClusterRoleBindingResource, HubRbacName.cluster(CLUSTER));
+    try {
+      const got = await bootstrappedHubClient(io.cluster(CLUSTER), io.config, new Date());
+      if (!("hub" in got)) throw new Error(`the agent has no hub client: ${got.reason}`);
+      // the authorizer has seen the binding go
+      await eventually(async () => expect(classifyError(await got.hub.get(ManagedClusterResource, CLUSTER).then(() => "allowed", (e: unknown) => e))).toBe("forbidden"));
+      const before = (await hubCluster())!.metadata.resourceVersion;
+      let runs = 0;
+      const counted = { ...fn.spec, reconcile: (i: Io<Config>, k: typeof key) => (runs++, fn.spec.reconcile(i, k)) };
+      expect(await reconcileKey(counted, io, key)).toEqual(done);
+      expect(runs).toBe(1);
+      expect(lines.find((l) => l.reason?.includes("does not grant"))?.reason).toContain(`system:open-cluster-management:${CLUSTER}:`);
+      expect((await hubCluster())!.metadata.resourceVersion).toBe(before);
+    } finally {
+      await fleet.hub.create(ClusterRoleBindingResource, { metadata: { name: binding.metadata.name, labels: binding.metadata.labels }, roleRef: (binding as KubeObject & { roleRef: unknown }).roleRef, subjects: (binding as KubeObject & { subjects: unknown }).subjects });
+    }
+    // with the grant back, the same reconcile reads the cluster again and sees no refusal
+    await eventually(async () => {
+      lines.length = 0;
+      expect(await reconcileKey(fn.spec, io, key)).toEqual(done);
+      expect(lines.filter((l) => l.reason?.includes("does not grant"))).toEqual([]);
+    });
+  });
+});
 
 describe("quantities", { timeout: FLEET_TEST_MS }, () => {
   // Node resources sum as apimachinery's Quantity.Add and String() would: the first operand's format.
