@@ -186,7 +186,7 @@ describe("an admission denial", () => {
 describe("a permission that arrives a moment late", () => {
   it("is not waited for in the request: the delivery before the grant is answered 500 naming it, the source's next delivery after it 204", async () => {
     const user = `late-${suffix()}`;
-    const { io, lines } = await ioFor(user);
+    const { io } = await ioFor(user);
     const spec = lister([{ cluster: HUB, namespace: "default", name: "x" }]);
     const before = await handleEvent(spec, io, tickEvent(HUB));
     expect(before.statusCode).toBe(500);
