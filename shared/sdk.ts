@@ -56,6 +56,11 @@ export type Watch<C = unknown> = {
   // The source hands every object of this watch with each resync tick, so a sweep lists nothing.
   // Default: for the root kind (what a sweep lists); a watch with a field selector never.
   onTick?: boolean;
+  // The parts of the object the function judges this kind by, as dotted paths ("metadata.labels"):
+  // an update that changes none of them wakes nothing from a source that holds the object's last
+  // state (a relay). Sources without one (Knative's ApiServerSource) still send it, and the function
+  // judges it as any event, so this saves work and never decides anything.
+  changes?: readonly string[];
 };
 
 // Related objects, named from the event's object: in each field "{name}", "{namespace}" and
@@ -209,6 +214,7 @@ export type StateWatch = {
   labelSelector?: string;
   related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string; required?: boolean; conditional?: boolean }[];
   onTick: boolean;
+  changes?: string[];
 };
 export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[] } {
   const watched = (cluster: string, r: ApiResource) => watches.some((w) => w.cluster === cluster && w.resource.group === r.group && w.resource.kind === r.kind);
@@ -227,6 +233,7 @@ export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[
           return { group: resource.group, kind: resource.kind, ...names };
         }),
         onTick: w.onTick ?? !!w.root,
+        ...(w.changes ? { changes: [...w.changes] } : {}),
       })),
   };
 }

@@ -137,7 +137,7 @@ describe("observed state handed by a real relay", () => {
 });
 
 describe("cluster-sets judged from the fleet handed with its event", () => {
-  it("a ManagedCluster change that moves no set's count is judged with no ManagedCluster read from the API; a label that moves a cluster into a set is counted from the handed fleet", async () => {
+  it("a cluster's status change wakes no cluster-sets; a label change that moves no set's count is judged with no ManagedCluster read from the API; a label that moves a cluster into a set is counted from the handed fleet", async () => {
     const setsConfig = { hubCluster: HUB };
     const identity = await readyIdentity(hub.cluster, clusterSets.spec.name, [ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource]);
     const team = `team-${suffix()}`;
@@ -155,6 +155,11 @@ describe("cluster-sets judged from the fleet handed with its event", () => {
       await eventually(() => expect(sink().pending + sink().inFlight).toBe(0));
       const fleetReads = () => rec.requests.filter((r) => r.method === "GET" && r.path.split("?")[0] === resourcePath(ManagedClusterResource));
       rec.requests.length = 0;
+      // a change of a cluster's status alone (what a lease or an agent writes) is not sent at all
+      const quiet = sink().received;
+      await admin.patch(ManagedClusterResource, clusters[2]!, { status: { version: { kubernetes: "v1.35.4" } } }, { subresource: "status" });
+      await new Promise((r) => setTimeout(r, 500));
+      expect(sink().received).toBe(quiet);
       const received = sink().received;
       // a label no set selects on: every set is recounted, from what the event hands
       await admin.patch(ManagedClusterResource, clusters[0]!, { metadata: { labels: { unrelated: "x" } } });

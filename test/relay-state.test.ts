@@ -1,9 +1,10 @@
 // What a relay hands with an event (components/relay/state.ts), judged on caches it builds from
 // objects given here: a related list is handed whole while it fits the budget a function's server can
-// take, and left out past it, so the function reads that list from the API as on any miss.
+// take, and left out past it, so the function reads that list from the API as on any miss; and an
+// update that changed none of the parts its watch looks at is not sent.
 import { describe, it, expect } from "vitest";
 import { CloudEvent } from "cloudevents";
-import { HANDED_LISTS_MAX_BYTES, observedFor, type Cache } from "../components/relay/state.ts";
+import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, observedFor, type Cache } from "../components/relay/state.ts";
 import { ManagedClusterResource, ManagedClusterSetResource } from "../shared/api/cluster.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import type { StateConfig } from "../components/relay/config.ts";
@@ -47,5 +48,30 @@ describe("the lists a relay hands with one event", () => {
     const observed = handedFor(clusters);
     expect(observed.lists).toEqual([]);
     expect(observed.objects.map((o) => o.name)).toEqual(["team"]);
+  });
+});
+
+describe("an update its watch looks at nothing of", () => {
+  const watching: StateConfig = {
+    watches: [{ cluster: HUB, group, kind: ManagedClusterResource.kind, related: [], onTick: false, changes: ["metadata.labels", "metadata.deletionTimestamp"] }],
+  };
+  const before = { metadata: { name: "c1", resourceVersion: "1", labels: { a: "1" } }, status: { version: { kubernetes: "v1.34.0" } } };
+  const event = (verb: string, object: KubeObject) =>
+    new CloudEvent({ id: "e2", source: "test", type: `dev.knative.apiserver.resource.${verb}`, cluster: HUB, apiversion: `${group}/v1`, kind: ManagedClusterResource.kind, name: "c1", namespace: "", data: object }) as CloudEvent<unknown>;
+
+  it("is not sent when only the status changed, and is when a label or the deletion did", () => {
+    const statusOnly = { ...before, metadata: { ...before.metadata, resourceVersion: "2" }, status: { version: { kubernetes: "v1.35.4" } } };
+    expect(changedNothingWatched(watching, event("update", statusOnly), { previous: before, current: statusOnly })).toBe(true);
+    const relabelled = { ...statusOnly, metadata: { ...statusOnly.metadata, labels: { a: "2" } } };
+    expect(changedNothingWatched(watching, event("update", relabelled), { previous: before, current: relabelled })).toBe(false);
+    const deleting = { ...statusOnly, metadata: { ...statusOnly.metadata, deletionTimestamp: "2026-12-01T00:00:00Z" } };
+    expect(changedNothingWatched(watching, event("update", deleting), { previous: before, current: deleting })).toBe(false);
+  });
+
+  it("is always sent for an add or a delete, and for a watch that names no parts", () => {
+    expect(changedNothingWatched(watching, event("add", before), { previous: before, current: before })).toBe(false);
+    expect(changedNothingWatched(watching, event("delete", before), { previous: before, current: before })).toBe(false);
+    const all: StateConfig = { watches: [{ ...watching.watches[0]!, changes: undefined }] };
+    expect(changedNothingWatched(all, event("update", { ...before, status: {} }), { previous: before, current: { ...before, status: {} } })).toBe(false);
   });
 });

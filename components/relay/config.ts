@@ -66,6 +66,7 @@ export const StateSchema = z.object({
       labelSelector: z.string().optional(),
       related: z.array(RelatedSchema).default([]),
       onTick: z.boolean().default(false),
+      changes: z.array(z.string().regex(/^[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$/)).min(1).optional(),
     }),
   ),
 });

@@ -16,7 +16,7 @@ import { openRecorder } from "./recorder.ts";
 import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
 import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
-import { observedFor, withObserved, type Cache } from "./state.ts";
+import { changedNothingWatched, observedFor, withObserved, type Cache } from "./state.ts";
 import { startRechecks } from "./rechecks.ts";
 import type { CloudEventServer } from "../../shared/cloudevents-server.ts";
 import type { StateConfig } from "./config.ts";
@@ -44,7 +44,7 @@ export type Relay = {
 };
 
 // Changes the relay's watches saw, per source and verb (docs/metrics.md).
-const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required)", ["sink"]);
+const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required), or an update changed nothing its watch looks at (Watch.changes)", ["sink"]);
 const changes = metrics.counter("ocmf_relay_changes_total", "Object changes seen by a source's watch, by verb (add, update, delete)", ["source", "verb"]);
 
 export function startRelay(options: RelayOptions): Relay {
@@ -58,8 +58,10 @@ export function startRelay(options: RelayOptions): Relay {
   // A sink that asks for observed state gets each event with what the caches hold now (state.ts); a
   // recheck's refresh hands what they hold then.
   const caches = new Map<string, Cache>();
-  // An event a related object the watch requires says is not for the function is not sent at all.
-  const withState = (state: StateConfig, envelope: Envelope): Envelope | undefined => {
+  // An event a related object the watch requires says is not for the function is not sent at all, nor
+  // is an update that changed nothing the watch looks at (its `changes`).
+  const withState = (state: StateConfig, envelope: Envelope, change?: { previous: KubeObject; current: KubeObject }): Envelope | undefined => {
+    if (change && changedNothingWatched(state, envelope.event, change)) return undefined;
     const hand = (event: CloudEvent<unknown>) => {
       const observed = observedFor(state, (cluster, group, kind) => caches.get(`${cluster}|${group}|${kind}`), event);
       return observed === "unrelated" ? undefined : observed ? withObserved(event, observed) : event;
@@ -75,10 +77,10 @@ export function startRelay(options: RelayOptions): Relay {
       },
     };
   };
-  function route(envelope: Envelope): void {
+  function route(envelope: Envelope, change?: { previous: KubeObject; current: KubeObject }): void {
     for (const { sink, state } of sinks) {
       if (sink.mismatch(envelope.event) !== undefined) continue;
-      const sent = state ? withState(state, envelope) : envelope;
+      const sent = state ? withState(state, envelope, change) : envelope;
       if (sent) sink.enqueue(sent);
       else unrelated.inc([sink.name]);
     }
@@ -113,7 +115,7 @@ export function startRelay(options: RelayOptions): Relay {
             const latest = source.get(key);
             return latest ? build(change.verb === "delete" ? "add" : change.verb, latest, server) : build("delete", change.object, server);
           },
-        });
+        }, change.previous && { previous: change.previous, current: change.object });
       },
     });
     caches.set(`${s.cluster}|${s.resource.group}|${s.resource.kind}`, { ...s, get: source.get, objects: source.objects });

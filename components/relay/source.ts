@@ -11,7 +11,7 @@ import type { Verb } from "./cloudevents.ts";
 
 export { objectKey };
 
-export type Change = { verb: Verb; object: KubeObject; server: string };
+export type Change = { verb: Verb; object: KubeObject; server: string; previous?: KubeObject };
 
 // not-served: the server has no such resource at all (issue 24: OCM's hub serves no AgentConfigs).
 export type SourceState = "waiting-for-credentials" | Exclude<ReflectorState, "waiting-for-client">;
@@ -63,7 +63,7 @@ export function startSource(o: SourceOptions): Source {
     timeoutSeconds: o.watch.timeoutSeconds,
     backoff: o.watch.backoff,
     log: o.log,
-    onChange: (c) => o.onChange({ verb: VERBS[c.type], object: c.object, server: c.server }),
+    onChange: (c) => o.onChange({ verb: VERBS[c.type], object: c.object, server: c.server, ...(c.previous ? { previous: c.previous } : {}) }),
   });
   // New credentials may mean another identity or even another server, whose resourceVersions mean
   // nothing to the old one: start over with a list and diff it against what is known.

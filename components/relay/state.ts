@@ -3,6 +3,7 @@
 // function's watch names, and on a resync tick the whole scope of each watch that asks for it. Only
 // what a cache can vouch for is handed: an object it holds, or an absence where the cache's scope
 // would hold the object; anything else is left out and the function reads it from the API.
+import { isDeepStrictEqual } from "node:util";
 import type { CloudEvent } from "cloudevents";
 import { groupOf, type ApiResource } from "../../shared/api/meta.ts";
 import { DEFAULT_BODY_LIMIT } from "../../shared/cloudevents-server.ts";
@@ -152,6 +153,29 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
     if (l) lists.push(l);
   }
   return { objects, lists };
+}
+
+// Whether an update changed none of the parts its watch looks at (shared/sdk.ts Watch.changes), judged
+// between the object as the cache held it before and the event's: such an update wakes nothing, as a
+// controller-runtime predicate drops it before the queue. Any other event, or a watch without
+// `changes`, is judged by observedFor as usual.
+// `current` is the object as the source holds it now (a Reference-mode event carries no object).
+export function changedNothingWatched(state: StateConfig, event: CloudEvent<unknown>, change: { previous: KubeObject; current: KubeObject }): boolean {
+  if (!event.type.endsWith(".update")) return false;
+  const attrs = event as unknown as Record<string, unknown>;
+  const { previous, current } = change;
+  const group = groupOf(String(attrs.apiversion ?? ""));
+  const kind = String(attrs.kind ?? "");
+  const watch = state.watches.find((w) => w.cluster === String(attrs.cluster ?? "") && w.group === group && w.kind === kind && inScope(w, current));
+  if (!watch?.changes) return false;
+  return watch.changes.every((path) => isDeepStrictEqual(at(previous, path), at(current, path)));
+}
+
+// The value at a dotted path ("metadata.labels"), undefined where any step is missing.
+function at(o: unknown, path: string): unknown {
+  let v = o;
+  for (const step of path.split(".")) v = v && typeof v === "object" ? (v as Record<string, unknown>)[step] : undefined;
+  return v;
 }
 
 // The event with its observed state: our extension set and the data wrapped as shared/events.ts reads it.

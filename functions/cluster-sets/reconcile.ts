@@ -55,8 +55,10 @@ export default defineFunction({
     // OCM's admission holds a binding's name equal to spec.clusterSet, so the name is the set's key.
     { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, mode: "Either", keys: (e) => keysFor(c.hubCluster, [e.ref.name]), related: [{ resource: ManagedClusterSetResource }, fleet], onTick: true },
     // with the sets and bindings too, so mapping a cluster's change to the sets to recount, and each
-    // set's bindings, read nothing
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }, fleet], onTick: true },
+    // set's bindings, read nothing. Only what the sets are judged by wakes it: a cluster's labels (its
+    // sets), its deletion, and the managed namespaces this function writes into its status; its
+    // conditions, lease-driven or not, never do.
+    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", keys: clusterKeys, related: [{ resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }, fleet], onTick: true, changes: ["metadata.labels", "metadata.deletionTimestamp", "status.managedNamespaces"] },
   ],
   resyncSeconds: 60,
   resync,

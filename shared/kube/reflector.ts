@@ -18,7 +18,8 @@ export type ReflectorLog = {
 };
 
 export type ChangeType = "ADDED" | "MODIFIED" | "DELETED";
-export type ReflectorChange<T extends KubeObject> = { type: ChangeType; object: T; server: string };
+// `previous`: on MODIFIED, the object as held before the change.
+export type ReflectorChange<T extends KubeObject> = { type: ChangeType; object: T; server: string; previous?: T };
 
 // waiting-for-client: the client getter has none (credentials not loaded yet); not-served: the server has
 // no such resource at all (issue 24: OCM's hub serves no AgentConfigs).
@@ -92,10 +93,10 @@ export function startReflector<T extends KubeObject>(o: ReflectorOptions<T>): Re
   const wake = () => interrupt.abort();
   const selectors = { namespace: o.namespace, labelSelector: o.labelSelector, fieldSelector: o.fieldSelector };
 
-  function emit(type: ChangeType, object: T, server: string): void {
+  function emit(type: ChangeType, object: T, server: string, previous?: T): void {
     if (!o.onChange) return;
     try {
-      o.onChange({ type, object, server });
+      o.onChange({ type, object, server, ...(previous ? { previous } : {}) });
     } catch (err) {
       o.log.error({ ...where, error: String(err) }, "bug: the change handler threw; the change is dropped");
     }
@@ -111,7 +112,7 @@ export function startReflector<T extends KubeObject>(o: ReflectorOptions<T>): Re
     for (const [key, item] of known) {
       const prev = before.get(key);
       if (!prev) emit("ADDED", item, client.server);
-      else if (prev.metadata.resourceVersion !== item.metadata.resourceVersion) emit("MODIFIED", item, client.server);
+      else if (prev.metadata.resourceVersion !== item.metadata.resourceVersion) emit("MODIFIED", item, client.server, prev);
     }
     // Deleted while nobody watched: the last state known stands for the object.
     for (const [key, prev] of before) if (!known.has(key)) emit("DELETED", prev, client.server);
@@ -125,7 +126,7 @@ export function startReflector<T extends KubeObject>(o: ReflectorOptions<T>): Re
     if (e.type === "DELETED") known.delete(key);
     else if (prev && prev.metadata.resourceVersion === object.metadata.resourceVersion) return; // seen in a list already
     else known.set(key, object);
-    emit(e.type as ChangeType, object, server);
+    emit(e.type as ChangeType, object, server, e.type === "MODIFIED" ? prev : undefined);
   }
 
   // One watch request. Returns how many changes it carried; throws Expired on 410, a KubeError on any other
