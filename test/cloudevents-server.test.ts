@@ -177,16 +177,19 @@ describe("a function's process on SIGTERM", () => {
   afterAll(() => rmSync(work, { recursive: true, force: true }));
 
   it("stops taking connections, answers the event in flight, then exits 0", async () => {
-    // serve-main as a bundle's generated entry calls it, around a handler that takes 3 s: long enough that the
-    // listener is seen closed while the event is still in flight, on a loaded machine too.
+    // serve-main as a bundle's generated entry calls it, around a handler that answers only once the test
+    // lets it (a file appears): the listener is seen closed while the event is still in flight however
+    // loaded the machine is.
     const main = join(work, "main.ts");
+    const release = join(work, "release-the-event");
     writeFileSync(
       main,
       [
         `import { functionMain } from ${JSON.stringify(join(root, "shared/serve-main.ts"))};`,
+        'import { existsSync } from "node:fs";',
         "const handle = async () => {",
         '  process.stdout.write("handling\\n");',
-        "  await new Promise((r) => setTimeout(r, 3000));",
+        `  while (!existsSync(${JSON.stringify(release)})) await new Promise((r) => setTimeout(r, 20));`,
         '  return { statusCode: 204, headers: { "x-recheck-after-ms": "42" } };',
         "};",
         // a module whose definition's handler is this one, run as the program (main: true)
@@ -205,9 +208,13 @@ describe("a function's process on SIGTERM", () => {
       const inFlight = fetch(url, { method: "POST", headers: binaryHeaders }).then((r) => ({ status: r.status, recheck: r.headers.get("x-recheck-after-ms") }));
       await eventually(() => expect(output).toContain("handling"));
       child.kill("SIGTERM");
-      // The listener is gone at once: a new connection is refused while the old request still runs.
-      await eventually(() => expect(fetch(url, { method: "POST", headers: binaryHeaders })).rejects.toThrow());
+      // The listener is gone at once: a new connection is refused while the old request still runs. A probe
+      // that got in before the close waits on the handler like the first: it is given up after a second
+      // and tried again, and only a refusal counts.
+      const probe = () => fetch(url, { method: "POST", headers: binaryHeaders, signal: AbortSignal.timeout(1_000) }).then(() => undefined, (e: unknown) => e as { cause?: { code?: string } });
+      await eventually(async () => expect((await probe())?.cause?.code).toBe("ECONNREFUSED"));
       expect(child.exitCode).toBeNull();
+      writeFileSync(release, "");
       expect(await inFlight).toEqual({ status: 204, recheck: "42" });
       expect(await exit).toBe(0);
       expect(output).toContain('"msg":"stopping: answering the events in flight"');
