@@ -131,8 +131,9 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
 // Runs one reconcile. Only a write conflict is tried again here, at once (the next read sees the new
 // version); anything else is decided at its first throw. The authorizer's refusal is never waited out
 // in the request: a grant on its way wakes the function by an event of its own (an agent's, through
-// shared/hub-credentials.ts withAgentHub), and any other refusal is a permission missing. A run judged from handed state (shared/observed.ts) is
-// tried again with `live` clients: after a conflict, only the API's answer counts.
+// shared/hub-credentials.ts withAgentHub), and any other refusal is a permission missing. A run
+// judged from handed state (shared/observed.ts) is tried again with `live` clients: after a
+// conflict, only the API's answer counts.
 async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live: Io<C> = first): Promise<Result> {
   let conflicts = 0;
   for (let io = first; ; io = live) {

@@ -63,7 +63,7 @@ export function startSource(o: SourceOptions): Source {
     timeoutSeconds: o.watch.timeoutSeconds,
     backoff: o.watch.backoff,
     log: o.log,
-    onChange: (c) => o.onChange({ verb: VERBS[c.type], object: c.object, server: c.server, ...(c.previous ? { previous: c.previous } : {}) }),
+    onChange: (c) => o.onChange({ verb: VERBS[c.type], object: c.object, server: c.server, previous: c.previous }),
   });
   // New credentials may mean another identity or even another server, whose resourceVersions mean
   // nothing to the old one: start over with a list and diff it against what is known.

@@ -66,21 +66,26 @@ const handed = (cluster: string, c: Cache, namespace: string | undefined, name: 
 // takes a request, leaving the rest for the event's own object and the named objects. A list that
 // would pass it is not handed: the function reads it from the API, as on any miss.
 export const HANDED_LISTS_MAX_BYTES = Math.floor((DEFAULT_BODY_LIMIT * 2) / 3);
-// Lists this short are never near the budget (a few KiB an object): they are not measured.
-const UNMEASURED_ITEMS = 64;
-
 type Budget = { bytes: number };
+
+// Each cached object's size as JSON, measured once: a cache replaces an object when it changes, so the
+// object itself is the key, and a list's size costs a sum, not a serialization, on every event.
+const sizes = new WeakMap<KubeObject, number>();
+function sizeOf(o: KubeObject): number {
+  let n = sizes.get(o);
+  if (n === undefined) sizes.set(o, (n = JSON.stringify(o).length));
+  return n;
+}
 
 // The objects in a cache that `scope` selects, if the cache holds all of them and they fit the budget.
 function listOf(cluster: string, c: Cache, scope: { namespace?: string; labelSelector?: string }, budget: Budget): HandedList | undefined {
   const complete = !c.fieldSelector && (!c.labelSelector || c.labelSelector === scope.labelSelector) && (c.namespace === undefined || c.namespace === scope.namespace);
   if (!complete) return undefined;
-  const items = c.objects().filter((o) => inScope(scope, o)).map((o) => withTypeMeta(c.resource, o));
-  if (items.length > UNMEASURED_ITEMS) {
-    const bytes = items.reduce((sum, o) => sum + JSON.stringify(o).length, 0);
-    if (bytes > budget.bytes) return undefined;
-    budget.bytes -= bytes;
-  }
+  const selected = c.objects().filter((o) => inScope(scope, o));
+  const bytes = selected.reduce((sum, o) => sum + sizeOf(o), 0);
+  if (bytes > budget.bytes) return undefined;
+  budget.bytes -= bytes;
+  const items = selected.map((o) => withTypeMeta(c.resource, o));
   return {
     cluster,
     apiVersion: apiVersionOf(c.resource),
@@ -102,6 +107,14 @@ function one(cluster: string, c: Cache, namespace: string | undefined, name: str
   return wouldHold || conditional ? { ...handed(cluster, c, ns, name), ...mark } : undefined;
 }
 
+const kindOf = (attrs: Record<string, unknown>) => ({ group: groupOf(String(attrs.apiversion ?? "")), kind: String(attrs.kind ?? "") });
+
+// The watch of the function an object event is for: its cluster and kind, with `subject` in its scope.
+function watchOf(state: StateConfig, cluster: string, attrs: Record<string, unknown>, subject: KubeObject): StateWatch | undefined {
+  const { group, kind } = kindOf(attrs);
+  return state.watches.find((w) => w.cluster === cluster && w.group === group && w.kind === kind && inScope(w, subject));
+}
+
 // What to hand with the event; undefined when nothing; "unrelated" when a related object the watch
 // requires is, as the cache shows, not there (the event is not for this function).
 export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent<unknown>): Observed | "unrelated" | undefined {
@@ -118,8 +131,7 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
       });
     return lists.length ? { objects: [], lists } : undefined;
   }
-  const group = groupOf(String(attrs.apiversion ?? ""));
-  const kind = String(attrs.kind ?? "");
+  const { group, kind } = kindOf(attrs);
   const own = caches(cluster, group, kind);
   if (!own) return undefined;
   const namespace = String(attrs.namespace ?? "") || undefined;
@@ -128,7 +140,7 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
   // Labels decide the scope: the cache's copy, or the last state a delete carries in its data.
   const data = event.data as KubeObject | undefined;
   const subject = current ?? (data?.metadata ? data : { metadata: { name, namespace } });
-  const watch = state.watches.find((w: StateWatch) => w.cluster === cluster && w.group === group && w.kind === kind && inScope(w, subject));
+  const watch = watchOf(state, cluster, attrs, subject);
   if (!watch) return undefined;
   const objects: HandedObject[] = [];
   const lists: HandedList[] = [];
@@ -164,9 +176,7 @@ export function changedNothingWatched(state: StateConfig, event: CloudEvent<unkn
   if (!event.type.endsWith(".update")) return false;
   const attrs = event as unknown as Record<string, unknown>;
   const { previous, current } = change;
-  const group = groupOf(String(attrs.apiversion ?? ""));
-  const kind = String(attrs.kind ?? "");
-  const watch = state.watches.find((w) => w.cluster === String(attrs.cluster ?? "") && w.group === group && w.kind === kind && inScope(w, current));
+  const watch = watchOf(state, String(attrs.cluster ?? ""), attrs, current);
   if (!watch?.changes) return false;
   return watch.changes.every((path) => isDeepStrictEqual(at(previous, path), at(current, path)));
 }

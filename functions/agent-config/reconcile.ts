@@ -140,9 +140,6 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
   try {
     [read, cluster] = await Promise.all([readAssigned(hub, c), hub.get<ManagedClusterObject>(ManagedClusterResource, c.clusterName)]);
   } catch (err) {
-    // Not reaching the hub says nothing about the config: judge nothing, keep the checkpoint, and let
-    // the source retry. Noting the outage restarts the failure clock once the hub is back, so a record
-    // that failed only because the hub was down is not held against the config.
     // Refused as the cluster's identity: acceptance's grants not landed yet (or a deny). Nothing is
     // judged and nothing waits; the relay's watch under that identity wakes this again (withAgentHub).
     const refused = agentRefusal(err);
@@ -150,6 +147,9 @@ async function reconcileWithHub(io: Io<Config>, spoke: KubeClient, hub: KubeClie
       io.log.info({ reason: refused }, "skipped: the hub refuses this cluster's identity, nothing judged");
       return done;
     }
+    // Not reaching the hub says nothing about the config: judge nothing, keep the checkpoint, and let
+    // the source retry. Noting the outage restarts the failure clock once the hub is back, so a record
+    // that failed only because the hub was down is not held against the config.
     const kind = classifyError(err);
     if (kind === "transient" || kind === "unauthorized") {
       const error = err instanceof Error ? err.message : String(err);

@@ -9,7 +9,8 @@ import { ManagedClusterMessage } from "../../shared/api/health.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip, type Related, type Watch } from "../../shared/sdk.ts";
-import { resourcePath, type KubeClient, type KubeObject } from "../../shared/kube/client.ts";
+import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
+import { mayAccess } from "../../shared/kube/access-review.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, wouldWrite } from "../../shared/apply.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -24,7 +25,6 @@ import {
   NamespaceResource,
   RoleBindingResource,
   RoleResource,
-  SubjectAccessReviewResource,
 } from "../../shared/api/kube.ts";
 import {
   ClusterAnnotation,
@@ -398,14 +398,9 @@ async function grantsPending(hub: KubeClient, cluster: string): Promise<string[]
     [HubRbacName.workRoleBinding(cluster)]: { group: ManifestWorkResource.group, resource: ManifestWorkResource.plural, verb: "list", namespace: cluster },
   };
   const answers = await Promise.all(
-    Object.entries(checks).map(async ([binding, resourceAttributes]) => {
-      const review = await hub.request<{ status?: { allowed?: boolean } }>("POST", resourcePath(SubjectAccessReviewResource), {
-        apiVersion: `${SubjectAccessReviewResource.group}/${SubjectAccessReviewResource.version}`,
-        kind: SubjectAccessReviewResource.kind,
-        spec: { user: agentUser(cluster, "acceptance"), groups: [clusterGroup(cluster)], resourceAttributes },
-      });
-      return review.status?.allowed === true ? [] : [binding];
-    }),
+    Object.entries(checks).map(async ([binding, resourceAttributes]) =>
+      (await mayAccess(hub, { user: agentUser(cluster, "acceptance"), groups: [clusterGroup(cluster)], resourceAttributes })) ? [] : [binding],
+    ),
   );
   return answers.flat();
 }

@@ -6,8 +6,8 @@ import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip } from "../../shared/sdk.ts";
 import type { KubeClient } from "../../shared/kube/client.ts";
-import { resourcePath } from "../../shared/kube/client.ts";
-import { CertificateSigningRequestResource, KubeAPIServerClientSignerName, SubjectAccessReviewResource } from "../../shared/api/kube.ts";
+import { CertificateSigningRequestResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
+import { mayAccess } from "../../shared/kube/access-review.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CsrApproval, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
@@ -89,30 +89,23 @@ export async function decide(csr: CertificateSigningRequest, config: Config, ren
   return { approve: "bootstrap", cluster };
 }
 
-type SubjectAccessReview = { status?: { allowed?: boolean } };
-
 // May the requester renew its cluster certificate? Granted by the cluster ClusterRole once accepted.
 async function mayRenew(hub: KubeClient, csr: CertificateSigningRequest): Promise<boolean> {
   const cluster = csr.metadata.labels![ClusterLabel.ClusterName]!;
-  const review = await hub.request<SubjectAccessReview>("POST", resourcePath(SubjectAccessReviewResource), {
-    apiVersion: `${SubjectAccessReviewResource.group}/${SubjectAccessReviewResource.version}`,
-    kind: SubjectAccessReviewResource.kind,
-    spec: {
-      user: csr.spec.username,
-      uid: csr.spec.uid,
-      groups: csr.spec.groups,
-      extra: csr.spec.extra,
-      // OCM leaves the name out; naming the cluster also honours roles restricted by resourceNames.
-      resourceAttributes: {
-        group: RegisterGroup,
-        resource: RegisterResource.ManagedClusters,
-        subresource: RegisterSubresource.ClientCertificates,
-        verb: RegisterVerb.Renew,
-        name: cluster,
-      },
+  return mayAccess(hub, {
+    user: csr.spec.username,
+    uid: csr.spec.uid,
+    groups: csr.spec.groups,
+    extra: csr.spec.extra,
+    // OCM leaves the name out; naming the cluster also honours roles restricted by resourceNames.
+    resourceAttributes: {
+      group: RegisterGroup,
+      resource: RegisterResource.ManagedClusters,
+      subresource: RegisterSubresource.ClientCertificates,
+      verb: RegisterVerb.Renew,
+      name: cluster,
     },
   });
-  return review.status?.allowed === true;
 }
 
 // PUT to the approval subresource with the resourceVersion read, so a concurrent decision conflicts.

@@ -54,22 +54,21 @@ export async function postEvent(url: string, ce: Record<string, unknown>): Promi
   return { status: res.status, body: await res.text() };
 }
 
-// As a relay delivers: the same event again after each recheck the function asks for within a second
-// (the acceptor's, while the authorizer catches up with its grants), until it asks for none. The last reply.
-export async function deliverAsRelay<C>(spec: FunctionSpec<C>, io: Io<C>, event: Record<string, unknown>): Promise<Reply> {
+// As a relay delivers: the same call again after each recheck it asks for within a second (the
+// acceptor's, while the authorizer catches up with its grants), until it asks for none. The last answer.
+async function asRelay<T>(call: () => Promise<T>, recheckOf: (answer: T) => number | undefined): Promise<T> {
   for (let i = 0; ; i++) {
-    const reply = await handleEvent(spec, io, event);
-    const after = Number(reply.headers?.[RECHECK_HEADER] ?? NaN);
-    if (reply.statusCode !== 204 || !(after <= 1000) || i === 50) return reply;
+    const answer = await call();
+    const after = recheckOf(answer);
+    if (after === undefined || !(after <= 1000) || i === 50) return answer;
     await new Promise((r) => setTimeout(r, after));
   }
 }
 
-// The same for one reconcile of a key.
-export async function reconcileAsRelay<C>(reconcile: (io: Io<C>, key: Key) => Promise<Outcome>, io: Io<C>, key: Key): Promise<Outcome> {
-  for (let i = 0; ; i++) {
-    const outcome = await reconcile(io, key);
-    if (!("recheckInMs" in outcome) || outcome.recheckInMs > 1000 || i === 50) return outcome;
-    await new Promise((r) => setTimeout(r, outcome.recheckInMs));
-  }
-}
+// One event, delivered as a relay does.
+export const deliverAsRelay = <C>(spec: FunctionSpec<C>, io: Io<C>, event: Record<string, unknown>): Promise<Reply> =>
+  asRelay(() => handleEvent(spec, io, event), (reply) => (reply.statusCode === 204 && reply.headers?.[RECHECK_HEADER] !== undefined ? Number(reply.headers[RECHECK_HEADER]) : undefined));
+
+// One reconcile of a key, called again as a relay would.
+export const reconcileAsRelay = <C>(reconcile: (io: Io<C>, key: Key) => Promise<Outcome>, io: Io<C>, key: Key): Promise<Outcome> =>
+  asRelay(() => reconcile(io, key), (outcome) => ("recheckInMs" in outcome ? outcome.recheckInMs : undefined));
