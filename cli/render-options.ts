@@ -5,7 +5,7 @@ import type { Workloads } from "./render/objects.ts";
 import { AllowListSchema } from "../shared/agent-config.ts";
 
 export type CommonFlags = { registry?: string; tag?: string; brokerClass?: string; env?: Record<string, string>; workloads?: Workloads };
-export type HubFlags = CommonFlags & { namespace?: string; resyncSchedule?: string };
+export type HubFlags = CommonFlags & { namespace?: string; resyncSeconds?: number };
 export type SpokeFlags = CommonFlags & { clusterName: string; spokeExternalServerUrls?: string[]; agentConfigAllow?: string };
 
 // NAME=VALUE, repeatable: values for func.yaml's run.envs (e.g. OCM_CLUSTER_AUTO_APPROVAL_USERS).
@@ -13,6 +13,13 @@ function envEntry(value: string, previous: Record<string, string> = {}): Record<
   const eq = value.indexOf("=");
   if (eq <= 0) throw new InvalidArgumentError("give NAME=VALUE");
   return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+// Whole seconds, bounded as every seconds setting of ours is (docs/agent-config.md).
+function positiveSeconds(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1 || n > 86_400) throw new InvalidArgumentError("give whole seconds from 1 to 86400");
+  return n;
 }
 
 const urls = (value: string) => value.split(",").map((u) => u.trim()).filter(Boolean);
@@ -41,7 +48,7 @@ function commonFlags(c: Command): Command {
 export function hubFlags(c: Command): Command {
   return commonFlags(c)
     .option("--namespace <namespace>", "the hub functions' namespace (default open-cluster-management-hub)")
-    .option("--resync-schedule <cron>", "the resync PingSource's schedule (default every minute)");
+    .option("--resync-seconds <seconds>", "how often the hub's relays tick every function that sweeps (default 1800, as OCM's hub informers resync)", positiveSeconds);
 }
 
 export function spokeFlags(c: Command, o: { clusterNameRequired: boolean }): Command {
@@ -64,7 +71,7 @@ const common = (f: CommonFlags) => ({
   ...(f.workloads ? { workloads: f.workloads } : {}),
 });
 
-export const hubOptions = (f: HubFlags) => ({ ...common(f), ...(f.namespace ? { namespace: f.namespace } : {}), ...(f.resyncSchedule ? { resyncSchedule: f.resyncSchedule } : {}) });
+export const hubOptions = (f: HubFlags) => ({ ...common(f), ...(f.namespace ? { namespace: f.namespace } : {}), ...(f.resyncSeconds ? { resyncSeconds: f.resyncSeconds } : {}) });
 
 export const spokeOptions = (f: SpokeFlags, bootstrapKubeconfig?: string) => ({
   ...common({ ...f, ...(f.agentConfigAllow !== undefined ? { env: { ...f.env, OCM_AGENT_CONFIG_ALLOW: f.agentConfigAllow } } : {}) }),

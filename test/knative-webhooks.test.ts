@@ -333,18 +333,6 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
     }
   });
 
-  it("serves the hub's v1beta2 PingSource as v1 through Eventing's conversion webhook, the cluster extension kept", async () => {
-    const [ping] = createdOf("hub", "PingSource");
-    const v1 = { apiVersion: "sources.knative.dev/v1", kind: "PingSource", metadata: { name: ping!.metadata.name, namespace: ping!.metadata.namespace } };
-    const asV1 = await eventually(async () => {
-      const got = await sides.get("hub")!.resources.get<Manifest & { spec: { schedule: string; ceOverrides: unknown } }>(v1);
-      expect(got?.apiVersion).toBe("sources.knative.dev/v1");
-      return got!;
-    });
-    expect(asV1.spec.schedule).toBe(ping!.spec.schedule);
-    expect(asV1.spec.ceOverrides).toEqual({ extensions: { cluster: "hub" } });
-  });
-
   type Broken = { side: string; kind: string; what: string; breakIt: (o: any) => void; refusal: RegExp };
   const broken: Broken[] = [
     { side: "hub", kind: "Service", what: "min-scale -3", breakIt: (s) => (s.spec.template.metadata.annotations["autoscaling.knative.dev/min-scale"] = "-3"), refusal: /expected 0 <= -3 <= 2147483647: spec\.template\.metadata\.annotations\.autoscaling\.knative\.dev\/min-scale/ },
@@ -352,9 +340,7 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
     { side: "hub", kind: "Broker", what: "a backoff delay \"soon\"", breakIt: (b) => (b.spec.delivery.backoffDelay = "soon"), refusal: /invalid value: soon: spec\.delivery\.backoffDelay/ },
     { side: "hub", kind: "Trigger", what: "no subscriber", breakIt: (t) => delete t.spec.subscriber, refusal: /expected at least one, got none: spec\.subscriber\.ref, spec\.subscriber\.uri/ },
     { side: "spoke", kind: "Trigger", what: "no broker", breakIt: (t) => delete t.spec.broker, refusal: /missing field\(s\): spec\.broker/ },
-    { side: "hub", kind: "ApiServerSource", what: "mode Everything", breakIt: (a) => (a.spec.mode = "Everything"), refusal: /invalid value: Everything: spec\.mode/ },
-    { side: "hub", kind: "ApiServerSource", what: "a resource without kind", breakIt: (a) => (a.spec.resources[0].kind = ""), refusal: /missing field\(s\): spec\.resources\[0\]\.kind/ },
-    { side: "hub", kind: "PingSource", what: "a cron with too many fields", breakIt: (p) => (p.spec.schedule = "* * * * * * *"), refusal: /invalid value: expected 5 to 6 fields, found 7: \[\* \* \* \* \* \* \*\]: spec\.schedule/ },
+    { side: "hub", kind: "ContainerSource", what: "a sink that names nothing", breakIt: (c) => (c.spec.sink = {}), refusal: /expected at least one, got none: spec\.sink\.ref, spec\.sink\.uri/ },
     { side: "spoke", kind: "ContainerSource", what: "no containers in its template", breakIt: (c) => (c.spec.template.spec.containers = []), refusal: /missing field\(s\): spec\.containers/ },
   ];
 

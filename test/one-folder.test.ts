@@ -1,7 +1,7 @@
 // Adding a function means adding one folder (its definition in reconcile.ts and its func.yaml), and
 // nothing else in the tree: in a copy of this checkout, a small function is added as functions/<name>/
 // alone, and from that folder alone it is in the rendered hub (its Knative Service, its Trigger, its
-// RBAC made from its watches and writes, its kind in the hub's ApiServerSource), in the build (a bundle
+// RBAC made from its watches and writes, its kind in the hub's Broker relay), in the build (a bundle
 // whose entry was generated), and in the list local mode serves. Its bundle then runs under that
 // rendered RBAC on a real hub and does its one write; a bad setting stops it at start.
 import { RecheckDueType, TargetExtension } from "../shared/events.ts";
@@ -10,7 +10,7 @@ import { spawn, execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { parseAllDocuments } from "yaml";
+import { parse, parseAllDocuments } from "yaml";
 import { freePort } from "../dev/control-plane/clusters.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, ConfigMapResource, NamespaceResource } from "../shared/api/kube.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
@@ -122,12 +122,15 @@ describe("a function added as one folder", () => {
     expect(find("Service", NAME)).toBeDefined();
     const triggers = rendered.filter((o) => o.kind === "Trigger" && (o.spec as { subscriber?: { ref?: { name?: string } } }).subscriber?.ref?.name === NAME);
     expect(triggers.map((t) => t.spec?.filters)).toEqual([
-      [{ any: [...["add", "update", "delete"].map((verb) => ({ exact: { type: `dev.knative.apiserver.resource.${verb}`, kind: "ConfigMap" } })), { exact: { type: RecheckDueType, [TargetExtension]: NAME } }] }],
+      [{ any: [...["add", "update", "delete"].map((verb) => ({ exact: { type: `dev.knative.apiserver.resource.${verb}`, kind: "ConfigMap", [TargetExtension]: NAME } })), { exact: { type: RecheckDueType, [TargetExtension]: NAME } }] }],
     ]);
     expect(find("ClusterRole", `open-cluster-management:functions:${NAME}`)?.rules).toEqual([{ apiGroups: [""], resources: ["configmaps"], verbs: ["get", "list", "watch", "patch"] }]);
     expect(find("ClusterRoleBinding", `open-cluster-management:functions:${NAME}`)).toBeDefined();
-    const source = rendered.find((o) => o.kind === "ApiServerSource");
-    expect(JSON.stringify(source?.spec)).toContain('"kind":"ConfigMap"');
+    // the Broker's relay watches its kind and sends it its own events
+    const source = rendered.find((o) => o.kind === "ContainerSource" && o.metadata.name === "ocm-hub-relay") as { spec: { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } } } | undefined;
+    const config = parse(source!.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value) as { sources: { resource: { kind: string } }[]; kSinkTargets: { name: string }[] };
+    expect(config.sources.map((s) => s.resource.kind)).toContain("ConfigMap");
+    expect(config.kSinkTargets.map((t) => t.name)).toContain(NAME);
   });
 
   it("is built into a bundle whose generated entry runs it under the rendered RBAC on a real hub, and stops at start on a bad setting", async () => {

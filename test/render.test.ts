@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
 import { isRelayFed, isSpokeRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
-import { BootstrapServiceAccount, hubRelayName } from "../cli/render/hub.ts";
+import { BootstrapServiceAccount, HubSourceName, hubRelayName } from "../cli/render/hub.ts";
 import { triggerFilters, VisibilityLabel, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
@@ -85,16 +85,37 @@ describe("a render", () => {
     expect([kservices(hub).length, kservices(spoke).length]).toEqual([11, 6]);
   });
 
-  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions and its own due rechecks", ({ name, f, objects }) => {
+  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions (on the hub, each naming it as the target) and its own due rechecks", ({ name, f, side, objects }) => {
     const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
     expect(mine.map((t) => t.metadata.name)).toEqual([name]);
     const ownRechecks = { source: mine[0]!.spec.broker, filters: { type: RecheckDueType, [TargetExtension]: name } };
-    expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual([...f.deploy.subscriptions, ownRechecks]);
+    const subscriptions = f.deploy.subscriptions.map((s) => (side === "hub" ? { ...s, filters: { ...s.filters, [TargetExtension]: name } } : s));
+    expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual([...subscriptions, ownRechecks]);
     expect(new Set(mine.map((t) => t.spec.subscriber.ref.kind))).toEqual(new Set(["Service"]));
   });
 
+  it("feeds the hub's Broker from one relay that sends each Broker-fed function its own events with its observed state, and renders no ApiServerSource or PingSource", () => {
+    expect(hub.filter((o) => o.kind === "ApiServerSource" || o.kind === "PingSource")).toEqual([]);
+    const source = hub.find((o) => o.kind === "ContainerSource" && o.metadata.name === HubSourceName)! as Manifest & { spec: { sink: { ref: { kind: string } }; template: { spec: { containers: { env: { name: string; value: string }[] }[] } } } };
+    expect(source.spec.sink.ref.kind).toBe("Broker");
+    const config = configFromEnvironment(source.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, { K_SINK: "http://broker.example" });
+    const fed = functions.filter(({ f, side }) => side === "hub" && !isRelayFed(f));
+    expect(config.sinks.map((s) => [s.name, s.url, s.extensions])).toEqual(fed.map(({ name }) => [name, "http://broker.example", { [TargetExtension]: name }]));
+    for (const { name, f } of fed) {
+      const sink = config.sinks.find((s) => s.name === name)!;
+      expect(sink.filters).toEqual([...f.deploy.subscriptions.map((s) => s.filters), { type: RecheckDueType, [TargetExtension]: name }]);
+      expect(sink.state?.watches.length).toBeGreaterThan(0);
+    }
+    // every kind a Broker-fed function subscribes to is watched, once, on the hub
+    const subscribed = new Set(fed.flatMap(({ f }) => f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
+    expect(config.sources.map((s) => s.resource.kind).sort()).toEqual([...subscribed].sort());
+    expect(new Set(config.sources.map((s) => s.cluster))).toEqual(new Set(["hub"]));
+    // ticks as OCM's hub informers resync
+    expect(config.resync.intervalMs).toBe(1_800_000);
+  });
+
   it("routes the Broker's recheck requests, on the hub and on the spoke, to a relay pod in recheck mode whose due rechecks go back to that Broker", () => {
-    for (const [objects, name] of [[hub, "ocm-hub-rechecks"], [spoke, "ocm-relay"]] as const) {
+    for (const [objects, name] of [[hub, HubSourceName], [spoke, "ocm-relay"]] as const) {
       const trigger = of<Trigger>(objects, "Trigger").find((t) => t.metadata.name === name)!;
       expect(trigger.spec).toMatchObject({ filter: { attributes: { type: RecheckType } }, subscriber: { ref: { apiVersion: "v1", kind: "Service", name } } });
       const service = of<Manifest & { spec: { selector: Record<string, string>; ports: { targetPort: number }[] } }>(objects, "Service").find((s) => s.apiVersion === "v1" && s.metadata.name === name)!;
@@ -121,9 +142,10 @@ describe("a render", () => {
     // the state its watches ask for, handed with each event (shared/observed.ts)
     const related = config.sinks[0]!.state!.watches.map((w) => [w.kind, w.related.map((r) => `${r.kind} ${r.namespace ?? ""}/${r.name ?? ""}`), w.onTick]);
     expect(related).toEqual([["ManagedCluster", ["Lease {name}/managed-cluster-lease"], true], ["Lease", ["ManagedCluster /{namespace}"], true]]);
-    // the ApiServerSource no longer watches leases for anyone
-    const apiServerSource = hub.find((o) => o.kind === "ApiServerSource")!;
-    expect((apiServerSource.spec as { resources: { kind: string }[] }).resources.map((r) => r.kind)).not.toContain("Lease");
+    // the Broker's relay watches leases for no one
+    const brokerSource = hub.find((o) => o.kind === "ContainerSource" && o.metadata.name === HubSourceName)! as Manifest & { spec: { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } } };
+    const brokerConfig = configFromEnvironment(brokerSource.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, {});
+    expect(brokerConfig.sources.map((s) => s.resource.kind)).not.toContain("Lease");
   });
 
   // agent-config asks to look again when a trial ends; a Broker drops that answer.
@@ -161,11 +183,14 @@ describe("a render", () => {
     expect(service.metadata.labels?.[VisibilityLabel]).toBe("cluster-local");
   });
 
-  it("lets the hub's ApiServerSource account get, list and watch exactly what the source watches", () => {
-    const [source] = of<Manifest & { spec: { serviceAccountName: string; resources: { apiVersion: string; kind: string }[] } }>(hub, "ApiServerSource");
-    const role = of<Manifest & { rules: { apiGroups: string[]; resources: string[]; verbs: string[] }[] }>(hub, "ClusterRole").find((r) => r.metadata.name.endsWith(source!.spec.serviceAccountName))!;
+  it.each([HubSourceName, hubRelayName("cluster-lease-monitor")])("lets the hub relay %s's account get, list and watch exactly what the relay watches", (name) => {
+    const source = hub.find((o) => o.kind === "ContainerSource" && o.metadata.name === name)! as Manifest & { spec: { template: { spec: { serviceAccountName: string; containers: { env: { name: string; value: string }[] }[] } } } };
+    const account = source.spec.template.spec.serviceAccountName;
+    const role = of<Manifest & { rules: { apiGroups: string[]; resources: string[]; verbs: string[] }[] }>(hub, "ClusterRole").find((r) => r.metadata.name === `open-cluster-management:functions:${account}`)!;
     const granted = role.rules.flatMap((r) => r.resources.map((p) => `${r.apiGroups[0]}/${p}:${r.verbs.join(",")}`)).sort();
-    const watched = [...new Set(source!.spec.resources.map((r) => `${r.apiVersion.includes("/") ? r.apiVersion.split("/")[0] : ""}/${r.kind.toLowerCase()}s:get,list,watch`))].sort();
+    const config = configFromEnvironment(source.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, {});
+    const watched = [...new Set(config.sources.map((s) => `${s.resource.group}/${s.resource.plural}:get,list,watch`))].sort();
+    expect(watched.length).toBeGreaterThan(0);
     expect(granted).toEqual(watched);
   });
 

@@ -1,13 +1,13 @@
 // The hub on Knative: OCM's CRDs and admission policies, the bootstrap RBAC, and per hub function its
-// identity, workload (a Knative Service, or a Deployment and Service) and Triggers, fed by one Broker
-// from an ApiServerSource and a PingSource.
+// identity, workload (a Knative Service, or a Deployment and Service) and Trigger, fed by one Broker
+// from the hub's event relay (a ContainerSource that watches for every function, hands each its
+// observed state, ticks and holds rechecks).
 import type { ApiResource } from "../../shared/api/meta.ts";
-import { PingSourceType } from "../../shared/events.ts";
 import { stringify } from "yaml";
 import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
 import { watchesOf } from "./definitions.ts";
 import { deployedRoles } from "./rbac.ts";
-import { labelSelectorObject, mergeWatches } from "./sources.ts";
+import { mergeWatches } from "./sources.ts";
 import { stateOf } from "../../shared/sdk.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
@@ -39,45 +39,21 @@ export const HubNamespaceDefault = "open-cluster-management-hub";
 
 export type HubOptions = CommonOptions & {
   namespace?: string; // default open-cluster-management-hub
-  resyncSchedule?: string; // the PingSource's cron; default every minute (it bounds how late a silent lease is noticed)
+  resyncSeconds?: number; // the relays' resync ticks; default HubResyncSecondsDefault
 };
 
-const apiVersionOf = (r: ApiResource) => (r.group ? `${r.group}/${r.version}` : r.version);
+// How often the hub's relays tick every function that sweeps: OCM's hub informers resync every 30
+// minutes (registration's hub manager). A tick is for convergence only: every change reaches a function
+// through its relay's watch, and every time a function waits for comes as its recheck. A quiet hub's
+// functions therefore sit at zero pods between ticks.
+export const HubResyncSecondsDefault = 1800;
 
-type Watch = { resource: ApiResource; selector?: string };
 type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 
-// The hub's watches of these functions (their definitions' watches, with their settings), one per kind
-// unless every function watching it wants only labelled objects: then one per label selector. A kind
-// some function wants whole is watched whole (a second, labelled watch would only send the same events
-// twice). An ApiServerSource filters by label only, so a field selector or a namespace cannot be asked
-// of it: the function skips what is outside its scope.
-export function hubWatches(fns: readonly Deployed[]): Watch[] {
-  const wanted = new Map<string, { resource: ApiResource; selectors: Set<string | undefined> }>();
-  for (const f of fns)
-    for (const w of watchesOf(f.name, f.env).watches) {
-      const entry = wanted.get(w.resource.kind) ?? { resource: w.resource, selectors: new Set() };
-      entry.selectors.add(w.labelSelector);
-      wanted.set(w.resource.kind, entry);
-    }
-  return [...wanted.values()].flatMap(({ resource, selectors }) => {
-    if (selectors.has(undefined)) return [{ resource }];
-    return [...selectors].sort().map((selector) => ({ resource, selector }));
-  });
-}
+export const HubSourceName = "ocm-hub-relay";
 
-// One ApiServerSource has one mode: Resource when any of its functions needs the object in the event
-// (the payload carries the labels some functions key on), else Reference (cli/render/sources.ts).
-const modeOf = (fns: readonly Deployed[]) =>
-  mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches)).some((s) => s.mode === "Resource") ? "Resource" : "Reference";
-
-export const ApiServerSourceName = "ocm-hub";
-export const ApiServerSourceAccount = "ocm-hub-apiserversource";
-export const PingSourceName = "ocm-hub-resync";
-
-// A source's identity: get, list and watch on exactly the watched resources (Knative's controller
-// checks these three with SubjectAccessReviews before it runs the ApiServerSource adapter).
-function sourceIdentity(ns: string, watches: readonly Watch[], account = ApiServerSourceAccount): Manifest[] {
+// A relay's identity: get, list and watch on exactly the watched resources.
+function sourceIdentity(ns: string, watches: readonly { resource: ApiResource }[], account: string): Manifest[] {
   const role = `open-cluster-management:functions:${account}`;
   const byGroup = new Map<string, Set<string>>();
   for (const { resource } of watches) byGroup.set(resource.group, (byGroup.get(resource.group) ?? new Set()).add(resource.plural));
@@ -106,7 +82,7 @@ export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?
   return {
     clusters: { [cluster]: { inCluster: true } },
     sources: mergeWatches(watches).map((source) => ({ ...source, cluster })),
-    resync: { intervalMs: fn.ticks ? (o.resyncSeconds ?? 60) * 1000 : 0 },
+    resync: { intervalMs: fn.ticks ? (o.resyncSeconds ?? HubResyncSecondsDefault) * 1000 : 0 },
     // the state the function's watches ask to be handed with each event (shared/observed.ts)
     kSinkState: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
   };
@@ -115,7 +91,7 @@ export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?
 function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Manifest[] {
   const name = hubRelayName(f.name);
   return [
-    ...sourceIdentity(ns, hubWatches([f]), name),
+    ...sourceIdentity(ns, mergeWatches(watchesOf(f.name, f.env).watches), name),
     {
       apiVersion: "sources.knative.dev/v1",
       kind: "ContainerSource",
@@ -128,7 +104,7 @@ function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Mani
               {
                 name: "relay",
                 image: imageOf(o, "relay"),
-                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(hubRelayConfig(f, cluster), { lineWidth: 0 }) }],
+                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(hubRelayConfig(f, cluster, o), { lineWidth: 0 }) }],
                 resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
               },
             ],
@@ -140,15 +116,29 @@ function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Mani
   ];
 }
 
-export const HubRechecksName = "ocm-hub-rechecks";
+// The Broker's source: one relay that watches what every Broker-fed function watches and sends each
+// function, through the Broker, only the events its subscriptions and watches want, with the observed
+// state they ask to be handed (components/relay/config.ts kSinkTargets); it ticks the functions that
+// sweep, and in recheck mode holds their rechecks until due (docs/relay.md, "Rechecks through a Broker").
+export function hubSourceConfig(fns: readonly Deployed[], cluster: string, o: { resyncSeconds?: number } = {}): RelayConfigInput {
+  const fed = fns.map((f) => ({ f, ...watchesOf(f.name, f.env) }));
+  return {
+    clusters: { [cluster]: { inCluster: true } },
+    sources: mergeWatches(fed.flatMap((x) => x.watches)).map((source) => ({ ...source, cluster })),
+    kSinkTargets: fed.map(({ f, watches }) => ({
+      name: f.name,
+      filters: f.deploy.subscriptions.map((s) => s.filters),
+      state: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
+    })),
+    resync: { intervalMs: fed.some((x) => x.fn.ticks) ? (o.resyncSeconds ?? HubResyncSecondsDefault) * 1000 : 0 },
+    rechecks: { port: RECHECKS_PORT },
+  };
+}
 
-// The relay in recheck mode for the functions the Broker feeds (cli/render/objects.ts recheckRoute): it
-// watches nothing, so its identity has no role and no token.
-function hubRechecks(ns: string, brokerName: string, o: HubOptions): Manifest[] {
-  const name = HubRechecksName;
-  const config: RelayConfigInput = { clusters: {}, resync: { intervalMs: 0 }, rechecks: { port: RECHECKS_PORT } };
+function hubSource(fns: readonly Deployed[], ns: string, cluster: string, brokerName: string, o: HubOptions): Manifest[] {
+  const name = HubSourceName;
   return [
-    { apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace: ns }, automountServiceAccountToken: false },
+    ...sourceIdentity(ns, mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches)), name),
     {
       apiVersion: "sources.knative.dev/v1",
       kind: "ContainerSource",
@@ -162,10 +152,11 @@ function hubRechecks(ns: string, brokerName: string, o: HubOptions): Manifest[] 
               {
                 name: "relay",
                 image: imageOf(o, "relay"),
-                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(config, { lineWidth: 0 }) }],
+                // K_SINK (the Broker) is injected; each event names its cluster and its function itself
+                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(hubSourceConfig(fns, cluster, o), { lineWidth: 0 }) }],
                 ports: [{ name: "http", containerPort: RECHECKS_PORT }],
                 readinessProbe: { httpGet: { path: "/health/readiness", port: RECHECKS_PORT } },
-                resources: { requests: { cpu: "5m", memory: "48Mi" }, limits: { memory: defaultResources.limits.memory } },
+                resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
               },
             ],
           },
@@ -209,8 +200,6 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
   if (brokers.length !== 1) throw new Error(`the hub's sources feed one Broker; the functions subscribe to ${brokers.join(", ")}`);
   const [brokerName] = brokers as [string];
   const brokerFed = fns.filter((f) => !isRelayFed(f));
-  const watches = hubWatches(brokerFed);
-  const subscribesToTicks = brokerFed.some((f) => f.deploy.subscriptions.some((s) => s.filters.type === PingSourceType));
 
   const objects: Manifest[] = [
     namespace(ns),
@@ -223,35 +212,10 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, roles: deployedRoles(f), relocate: { [HubNamespaceDefault]: ns } }),
       ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
-      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o)),
+      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o, { targeted: true })),
     );
   }
-  objects.push(...hubRechecks(ns, brokerName, o), ...sourceIdentity(ns, watches), {
-    apiVersion: "sources.knative.dev/v1",
-    kind: "ApiServerSource",
-    metadata: { name: ApiServerSourceName, namespace: ns },
-    spec: {
-      mode: modeOf(brokerFed),
-      serviceAccountName: ApiServerSourceAccount,
-      namespaceSelector: {}, // empty: every namespace (cluster namespaces come and go)
-      resources: watches.map(({ resource, selector }) => ({
-        apiVersion: apiVersionOf(resource),
-        kind: resource.kind,
-        ...(selector ? { selector: labelSelectorObject(selector) } : {}),
-      })),
-      ceOverrides: { extensions: { cluster } },
-      sink: brokerRef(brokerName),
-    },
-  });
-  // ApiServerSource sends nothing for changes made while its watch was down, nor when a lease merely
-  // gets old: the tick makes every function look again.
-  if (subscribesToTicks)
-    objects.push({
-      apiVersion: "sources.knative.dev/v1beta2",
-      kind: "PingSource",
-      metadata: { name: PingSourceName, namespace: ns },
-      spec: { schedule: o.resyncSchedule ?? "* * * * *", ceOverrides: { extensions: { cluster } }, sink: brokerRef(brokerName) },
-    });
+  objects.push(...hubSource(brokerFed, ns, cluster!, brokerName, o));
   // after the labelling: bootstrapServiceAccount labels what is ours of it
   return [...objects.map(withPartOf), ...bootstrapServiceAccount(ns)];
 }

@@ -38,5 +38,5 @@ export function mergeWatches(watches: readonly Watch<unknown>[]): Source[] {
   });
 }
 
-// A watch's label selector as an ApiServerSource's resource takes it (shared/label-match.ts).
+// A watch's label selector as a LabelSelector object (shared/label-match.ts).
 export { labelSelectorObject } from "../../shared/label-match.ts";

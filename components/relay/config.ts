@@ -4,6 +4,7 @@ import { z } from "zod";
 import { parse } from "yaml";
 import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { CheckpointConfigMapName } from "../../shared/agent-config.ts";
+import { RecheckDueType, TargetExtension } from "../../shared/events.ts";
 
 const name = z.string().min(1);
 const positiveMs = z.number().int().positive();
@@ -78,9 +79,29 @@ export const SinkSchema = z
     filter: TriggerFilterSchema.optional(),
     filters: z.array(TriggerFilterSchema).min(1).optional(),
     state: StateSchema.optional(),
+    // set on every event this sink sends (a Broker target's name, so that its Trigger alone delivers it)
+    extensions: z.record(extensionName, z.string()).optional(),
   })
   .refine((s) => !(s.filter && s.filters), { error: "a sink has filter or filters, not both" });
 export type SinkConfig = z.infer<typeof SinkSchema>;
+
+// A function that a Broker (K_SINK) feeds, as a sink of its own at the Broker: the relay sends it only
+// what its subscriptions pass and its watches ask for, with the observed state they ask to be handed,
+// each event naming it in ocmftarget, so that its Trigger (cli/render/objects.ts triggers) lets through
+// its events and nobody else's. Its due rechecks pass too.
+export const TargetSchema = z.object({
+  name: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { error: "a target is a function's name (a DNS label)" }),
+  filters: z.array(TriggerFilterSchema.refine((f) => Object.keys(f).length > 0, { error: "a target's filter names at least one attribute" })).min(1),
+  state: StateSchema.optional(),
+});
+export type TargetConfig = z.infer<typeof TargetSchema>;
+export const targetSink = (t: TargetConfig, url: string): z.input<typeof SinkSchema> => ({
+  name: t.name,
+  url,
+  filters: [...t.filters, { type: RecheckDueType, [TargetExtension]: t.name }],
+  ...(t.state ? { state: t.state } : {}),
+  extensions: { [TargetExtension]: t.name },
+});
 
 export const BackoffSchema = z.object({
   initialMs: positiveMs.default(200),
@@ -149,6 +170,8 @@ export const RelayConfigSchema = z
     metrics: MetricsSchema.optional(),
     // the observed state the K_SINK sink hands (a ContainerSource's one function), as a sink's `state`
     kSinkState: StateSchema.optional(),
+    // or the functions a Broker at K_SINK feeds, each a sink of its own there (TargetSchema)
+    kSinkTargets: z.array(TargetSchema).optional(),
     // recheck mode (rechecks.ts): where the relay takes functions' recheck requests, which it sends to
     // its sinks when they are due
     rechecks: RechecksSchema.optional(),
@@ -164,6 +187,7 @@ export const RelayConfigSchema = z
       if (names.has(n)) ctx.addIssue({ code: "custom", path: ["sources", i, "name"], message: `two sources are named ${n}` });
       names.add(n);
     });
+    if (cfg.kSinkState && cfg.kSinkTargets) ctx.addIssue({ code: "custom", path: ["kSinkTargets"], message: "K_SINK is one function (kSinkState) or a Broker's targets (kSinkTargets), not both" });
     const sinkNames = new Set<string>();
     cfg.sinks.forEach((s, i) => {
       if (sinkNames.has(s.name)) ctx.addIssue({ code: "custom", path: ["sinks", i, "name"], message: `two sinks are named ${s.name}` });
@@ -206,8 +230,11 @@ export function agentSettingsCheckpoint(spokeCluster: string, agentNamespace: st
 // The production configuration: the relay's own file (YAML or JSON), then what a ContainerSource or
 // SinkBinding injects: K_SINK becomes a sink without a filter, K_CE_OVERRIDES adds its extensions.
 export function configFromEnvironment(text: string | undefined, env: NodeJS.ProcessEnv): RelayConfig {
-  const doc = (text ? parse(text) : {}) as Record<string, unknown> & { sinks?: unknown[]; ceOverrides?: { extensions?: Record<string, string> } };
-  const sinks = [...(doc.sinks ?? []), ...(env.K_SINK ? [{ name: "k-sink", url: env.K_SINK, ...(doc.kSinkState ? { state: doc.kSinkState } : {}) }] : [])];
+  const doc = (text ? parse(text) : {}) as Record<string, unknown> & { sinks?: unknown[]; ceOverrides?: { extensions?: Record<string, string> }; kSinkTargets?: unknown };
+  const targets = z.array(TargetSchema).optional().safeParse(doc.kSinkTargets);
+  if (!targets.success) throw new Error(`invalid relay configuration: kSinkTargets: ${z.prettifyError(targets.error)}`);
+  const kSinks = !env.K_SINK ? [] : targets.data ? targets.data.map((t) => targetSink(t, env.K_SINK!)) : [{ name: "k-sink", url: env.K_SINK, ...(doc.kSinkState ? { state: doc.kSinkState } : {}) }];
+  const sinks = [...(doc.sinks ?? []), ...kSinks];
   let fromEnv: { extensions?: Record<string, string> } = {};
   try {
     if (env.K_CE_OVERRIDES) fromEnv = JSON.parse(env.K_CE_OVERRIDES);

@@ -161,7 +161,8 @@ export function startSink(o: SinkOptions): Sink {
     }
   }
 
-  async function post(event: CloudEvent<unknown>): Promise<Attempt> {
+  async function post(sent: CloudEvent<unknown>): Promise<Attempt> {
+    const event = config.extensions ? sent.cloneWith(config.extensions) : sent;
     const message = HTTP.binary(event);
     const headers = { ...(message.headers as Record<string, string>) };
     // An event without data (a tick) goes without a body and so without a content type: the SDK

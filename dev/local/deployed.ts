@@ -15,7 +15,8 @@ import { partOfSelector } from "../../cli/render/index.ts";
 import { triggerFilters, type TriggerSpec } from "../../cli/render/objects.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
 import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
-import type { RelayConfigInput } from "../../components/relay/config.ts";
+import { RelayConfigSchema, targetSink, type RelayConfigInput } from "../../components/relay/config.ts";
+import { TargetExtension } from "../../shared/events.ts";
 
 export type DeployedOptions = {
   cluster: LocalCluster; // where the objects are; read with its admin credentials
@@ -217,6 +218,11 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       }
       return [...bySubscriber].map(([subscriber, { ref, filters }]) => ({ name: subscriber, url: urlOf(ref), filters }));
     };
+    const targetUrl = (broker: string, target: string) => {
+      const t = triggers.find((x) => x.spec.broker === broker && triggerFilters(x.spec).some((f) => f[TargetExtension] === target));
+      if (!t) throw new Error(`no Trigger on Broker ${broker} delivers to target ${target}`);
+      return urlOf(t.spec.subscriber.ref);
+    };
     const sinkOf = (ref: Ref): { sinks: Sink[] } | { kSink: string } => (ref.kind === "Broker" ? { sinks: brokerSinks(ref.name) } : { kSink: urlOf(ref) });
 
     for (const cs of containerSources) {
@@ -233,7 +239,13 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
         return m && m[2] === o.namespace ? { ...s, url: urlOf({ apiVersion: "serving.knative.dev/v1", kind: "Service", name: m[1]! }) } : s;
       });
       const sink = sinkOf(cs.spec.sink.ref);
-      if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
+      // A Broker's targets (components/relay/config.ts kSinkTargets), each straight to the function its
+      // Trigger names for it; other Broker sources fan out as the Triggers filter.
+      if (config.kSinkTargets && cs.spec.sink.ref.kind === "Broker") {
+        const broker = cs.spec.sink.ref.name;
+        config.sinks = [...config.sinks, ...RelayConfigSchema.shape.kSinkTargets.parse(config.kSinkTargets)!.map((t) => targetSink(t, targetUrl(broker, t.name)))];
+        delete config.kSinkTargets;
+      } else if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
       if (config.rechecks) config.rechecks = { ...config.rechecks, host: "127.0.0.1", port: rechecks.get(name(cs))! };
       start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
