@@ -13,7 +13,7 @@
 //   npm run bench -- hub-cost   N = 20 and 200 (SCALE_SIZES=20,200,1000 for more)
 //   npm run bench -- fleet      N = 1000
 // Settings: SCALE_WINDOW_SECONDS (60), each steady-state window, which starts one lease period and
-// SCALE_SETTLE_SECONDS (30) after the fleet joined or its period changed; SCALE_RESYNC_SECONDS (60),
+// SCALE_SETTLE_SECONDS (30) after the fleet joined or its period changed; SCALE_RESYNC_SECONDS (1800),
 // ours' resync; SCALE_SYSTEMS=ours or ocm, one hub only; SCALE_LOG=FILE keeps ours' logs;
 // SCALE_PROFILE=PREFIX writes a CPU profile of ours' last window. Ours' memory is that of this process:
 // run one size per process (SCALE_SIZES=200) for a figure without an earlier size's leftovers.
@@ -35,6 +35,7 @@ import { TaintKey, ManagedClusterConditionType, ManagedClusterReason, ManagedClu
 import { setCondition } from "../shared/conditions.ts";
 import { metrics } from "../shared/metrics.ts";
 import { cpuMsOf, memoryOf, percentile, ms, mib } from "./stats.ts";
+import { HubResyncSecondsDefault } from "../cli/render/hub.ts";
 
 type System = "ours" | "ocm";
 const WINDOW_S = Number(process.env.SCALE_WINDOW_SECONDS || 60);
@@ -42,8 +43,8 @@ const SYSTEMS = (process.env.SCALE_SYSTEMS || "ours,ocm").split(",") as System[]
 const PERIODS = [60, 10] as const; // lease renewal periods, seconds
 const PROBES = 10;
 const SETTLE_S = Number(process.env.SCALE_SETTLE_SECONDS || 30); // after one full period, before a window
-// Ours resyncs as deployed: the hub's PingSource ticks every minute.
-const RESYNC_S = Number(process.env.SCALE_RESYNC_SECONDS || 60);
+// Ours resyncs as deployed: the hub's relays tick every 30 minutes, as OCM's hub informers resync.
+const RESYNC_S = Number(process.env.SCALE_RESYNC_SECONDS || HubResyncSecondsDefault);
 const PROFILE = process.env.SCALE_PROFILE; // a CPU profile of ours' last window, to PROFILE-N.cpuprofile
 const LOG = process.env.SCALE_LOG; // ours' function and relay logs, appended to this file
 const repoRoot = join(import.meta.dirname, "..");

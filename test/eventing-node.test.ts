@@ -1,6 +1,6 @@
 // The hub's functions as pods on a real node, invoked by Knative Eventing itself: Knative Eventing
-// v0.50.0 runs in pods (controller, webhook, MT channel-based Broker over the in-memory channel,
-// ApiServerSource and PingSource adapters, all built from their Go modules), and `ocmf install hub
+// v0.50.0 runs in pods (controller, webhook, MT channel-based Broker over the in-memory channel, all
+// built from their Go modules), the Broker fed by our relay as a ContainerSource, and `ocmf install hub
 // --workloads deployments --wait all` puts every hub function there as a Deployment and a Service,
 // subscribed by its rendered Triggers (dev/local/eventing-hub.ts). No hub function runs anywhere else,
 // so every hub reconcile below is a function pod answering a Broker delivery (cluster-lease-monitor's
@@ -9,6 +9,7 @@
 // Needs root (the node); fails, never skips, when the node or Eventing cannot start.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { join } from "node:path";
+import { parse, stringify } from "yaml";
 import { readFileSync } from "node:fs";
 import { startEventingHub, IMAGE_TAG, type EventingHub } from "../dev/local/eventing-hub.ts";
 import { EVENTING_DEPLOYMENTS, EventingNamespace } from "../dev/control-plane/eventing.ts";
@@ -18,7 +19,7 @@ import { acceptCluster } from "../cli/accept.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import { DeploymentResource, NamespaceResource, PodResource } from "../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterConditionType, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../shared/api/cluster.ts";
-import { HubRechecksName, PingSourceName } from "../cli/render/hub.ts";
+import { HubSourceName } from "../cli/render/hub.ts";
 import { RecheckDueType, RecheckType, TargetExtension } from "../shared/events.ts";
 import { rfc3339 } from "../shared/clock.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
@@ -81,9 +82,10 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
       expect(pods[0]!.spec.nodeName).toBe(env.node.name);
       expect(pods[0]!.spec.containers[0]!.image).toBe(`dev.local/ocm-functions/${fn}:${IMAGE_TAG}`);
     }
-    // Knative's own ApiServerSource adapter, made by its controller from the rendered ApiServerSource.
-    const { items: adapters } = await env.hubAdmin.list<Pod>(PodResource, { namespace: env.namespace });
-    expect(adapters.some((p) => p.spec.containers[0]!.image.startsWith("dev.local/knative-eventing/apiserver_receive_adapter:") && ready(p))).toBe(true);
+    // The Broker's source: our relay, in the pod Knative's controller made from the rendered ContainerSource.
+    const [source] = (await podsOf(HubSourceName)).filter(ready);
+    expect(source?.spec.containers[0]!.image).toBe(`dev.local/ocm-functions/relay:${IMAGE_TAG}`);
+    expect(source?.spec.nodeName).toBe(env.node.name);
   }, 60_000);
 
   it("a spoke joins: it registers, a function pod deleted mid-join comes back, the cluster is accepted, Joined and Available", async () => {
@@ -128,13 +130,14 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
       { timeoutMs: 60_000, intervalMs: 500 },
     );
     // What reached the functions came through the Broker: the recorder, subscribed to it without a
-    // filter, saw the cluster's registration and its CSR as Knative's ApiServerSource reported them.
+    // filter, saw the cluster's registration and its CSR as the hub's relay sent them, each to one function.
     // (The recorder is one more subscriber: its copy of the last update may come after the functions'.)
     await eventually(() => {
       const seen = env.deliveries.map((d) => `${d.event.type} ${d.event.kind}`);
       expect(seen).toEqual(expect.arrayContaining(["dev.knative.apiserver.resource.add ManagedCluster", "dev.knative.apiserver.resource.update ManagedCluster", "dev.knative.apiserver.resource.add CertificateSigningRequest"]));
     }, { timeoutMs: 30_000, intervalMs: 250 });
     expect(env.deliveries.every((d) => d.event.cluster === "hub")).toBe(true);
+    expect(env.deliveries.every((d) => env.functions.includes(String(d.event[TargetExtension])))).toBe(true);
   }, 360_000);
 
   it("its lease renews; the cluster turns Unknown when the heartbeat stops and Available again when it returns", async () => {
@@ -145,17 +148,12 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     await manifestWorkApplied(env.hubAdmin, env.spokeAdmin, CLUSTER);
   }, 150_000);
 
-  it("the resync tick comes from Knative's PingSource through the Broker", async () => {
-    await eventually(() => expect(env.deliveries.some((d) => d.event.type === "dev.knative.sources.ping" && d.event.cluster === "hub")).toBe(true), { timeoutMs: 90_000, intervalMs: 1_000 });
-  }, 120_000);
-
-  // Last: it moves the resync tick a year away. A Broker drops the x-recheck-after-ms answer, so the
-  // scheduler's recheck at the toleration's end must travel as events: its reply to the Broker, the
-  // relay pod in recheck mode, and the due recheck back through the Broker to it alone.
-  it("a toleration that runs out in 5 s takes the cluster out of a Placement through the Broker's recheck, with the resync tick a year away and the cluster unchanged since its taint", async () => {
+  // The hub's relays tick every 30 minutes, so none comes during this file. A Broker drops the
+  // x-recheck-after-ms answer, so the scheduler's recheck at the toleration's end must travel as events:
+  // its reply to the Broker, the relay in recheck mode, and the due recheck back through the Broker to it alone.
+  it("a toleration that runs out in 5 s takes the cluster out of a Placement through the Broker's recheck, with no resync tick and the cluster unchanged since its taint", async () => {
     const ns = "recheck-through-broker";
     const taintKey = "ocm-functions.io/brief";
-    await env.hubAdmin.request("PATCH", `/apis/sources.knative.dev/v1/namespaces/${env.namespace}/pingsources/${PingSourceName}`, JSON.stringify({ spec: { schedule: "0 0 1 1 *" } }), "application/merge-patch+json");
     const since = new Date().toISOString();
     await env.hubAdmin.create(NamespaceResource, { metadata: { name: ns } });
     await env.hubAdmin.create(ManagedClusterSetResource, { metadata: { name: ns }, spec: { clusterSelector: { selectorType: "LabelSelector", labelSelector: {} } } });
@@ -176,7 +174,30 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     // The recorder, subscribed to the Broker without a filter, saw the scheduler's reply and the due recheck.
     expect(after.some((d) => d.event.type === RecheckType && d.event[TargetExtension] === "placement-scheduler")).toBe(true);
     expect(after.some((d) => d.event.type === RecheckDueType && d.event[TargetExtension] === "placement-scheduler")).toBe(true);
-    const [rechecks] = (await podsOf(HubRechecksName)).filter(ready);
+    const [rechecks] = (await podsOf(HubSourceName)).filter(ready);
     expect(rechecks?.spec.containers[0]!.image).toBe(`dev.local/ocm-functions/relay:${IMAGE_TAG}`);
+  }, 180_000);
+
+  // Last: it restarts the Broker's relay with a short resync.
+  it("the hub relay's resync tick comes through the Broker to every function that sweeps, each its own", async () => {
+    const since = new Date().toISOString();
+    const path = `/apis/sources.knative.dev/v1/namespaces/${env.namespace}/containersources/${HubSourceName}`;
+    const source = (await env.hubAdmin.request("GET", path)) as { spec: { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } } };
+    const env0 = source.spec.template.spec.containers[0]!.env;
+    const i = env0.findIndex((e) => e.name === "OCM_RELAY_CONFIG");
+    const config = parse(env0[i]!.value) as { resync: { intervalMs: number }; kSinkTargets: { name: string; filters: Record<string, string>[] }[] };
+    expect(config.resync.intervalMs).toBe(1_800_000);
+    config.resync.intervalMs = 5_000;
+    const patch = [{ op: "replace", path: `/spec/template/spec/containers/0/env/${i}/value`, value: stringify(config) }];
+    await env.hubAdmin.request("PATCH", path, JSON.stringify(patch), "application/json-patch+json");
+    const sweeping = config.kSinkTargets.filter((t) => t.filters.some((f) => f.type === "dev.knative.sources.ping")).map((t) => t.name).sort();
+    expect(sweeping.length).toBeGreaterThan(1);
+    await eventually(
+      () => {
+        const ticked = env.deliveries.filter((d) => d.time >= since && d.event.type === "dev.knative.sources.ping" && d.event.cluster === "hub").map((d) => String(d.event[TargetExtension]));
+        expect([...new Set(ticked)].sort()).toEqual(sweeping);
+      },
+      { timeoutMs: 120_000, intervalMs: 1_000 },
+    );
   }, 180_000);
 });

@@ -1,10 +1,11 @@
 // What a relay hands with an event (components/relay/state.ts), judged on caches it builds from
 // objects given here: a related list is handed whole while it fits the budget a function's server can
 // take, and left out past it, so the function reads that list from the API as on any miss; and an
-// update that changed none of the parts its watch looks at is not sent.
+// update that changed none of the parts its watch looks at is not sent, nor an event about an object
+// outside every scope the function watches.
 import { describe, it, expect } from "vitest";
 import { CloudEvent } from "cloudevents";
-import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, observedFor, type Cache } from "../components/relay/state.ts";
+import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, observedFor, outsideEveryScope, type Cache } from "../components/relay/state.ts";
 import { ManagedClusterResource, ManagedClusterSetResource } from "../shared/api/cluster.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import type { StateConfig } from "../components/relay/config.ts";
@@ -73,5 +74,35 @@ describe("an update its watch looks at nothing of", () => {
     expect(changedNothingWatched(watching, event("delete", before), { previous: before, current: before })).toBe(false);
     const all: StateConfig = { watches: [{ ...watching.watches[0]!, changes: undefined }] };
     expect(changedNothingWatched(all, event("update", { ...before, status: {} }), { previous: before, current: { ...before, status: {} } })).toBe(false);
+  });
+});
+
+describe("an object outside every scope its function watches", () => {
+  // addon-csr-approver's shape: only CSRs labelled with an add-on's name, on a relay that watches every
+  // CSR for the csr-approver
+  const labelled: StateConfig = {
+    watches: [{ cluster: HUB, group: "certificates.k8s.io", kind: "CertificateSigningRequest", labelSelector: "open-cluster-management.io/addon-name", related: [], onTick: false }],
+  };
+  const csr = (labels: Record<string, string>) => ({ metadata: { name: "r1", resourceVersion: "1", labels } });
+  const event = (verb: string) =>
+    new CloudEvent({ id: "e3", source: "test", type: `dev.knative.apiserver.resource.${verb}`, cluster: HUB, apiversion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", name: "r1", namespace: "", data: {} }) as CloudEvent<unknown>;
+  const addon = csr({ "open-cluster-management.io/addon-name": "a" });
+  const agent = csr({ "open-cluster-management.io/cluster-name": "c1" });
+
+  it("is not sent for an add, update or delete that never touches the scope", () => {
+    expect(outsideEveryScope(labelled, event("add"), { current: agent })).toBe(true);
+    expect(outsideEveryScope(labelled, event("update"), { previous: agent, current: agent })).toBe(true);
+    expect(outsideEveryScope(labelled, event("delete"), { current: agent })).toBe(true);
+  });
+
+  it("is sent when it is in the scope, enters it or leaves it", () => {
+    expect(outsideEveryScope(labelled, event("add"), { current: addon })).toBe(false);
+    expect(outsideEveryScope(labelled, event("update"), { previous: agent, current: addon })).toBe(false);
+    expect(outsideEveryScope(labelled, event("update"), { previous: addon, current: agent })).toBe(false);
+  });
+
+  it("leaves alone an event of a kind the function does not watch at all (a tick, a due recheck)", () => {
+    const other: StateConfig = { watches: [{ ...labelled.watches[0]!, kind: "ManagedCluster", group }] };
+    expect(outsideEveryScope(other, event("add"), { current: agent })).toBe(false);
   });
 });

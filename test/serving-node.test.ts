@@ -4,7 +4,7 @@
 // Service, delivered to by its Triggers through subscriber.ref. No hub function runs anywhere else, so
 // every hub reconcile below is done by a pod of a Knative revision, started by Knative when an event
 // came. The autoscaler's windows are short (6 s, Knative's least), so functions go to zero between
-// steps and come back for the next; the PingSource ticks once a year, so the fleet can be quiet.
+// steps and come back for the next; the hub's relays tick once a day, so the fleet can be quiet.
 //
 // Needs root (the node); fails, never skips, when the node, Eventing or Serving cannot start.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
@@ -16,7 +16,7 @@ import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { joinSpoke } from "../cli/join.ts";
 import { acceptCluster } from "../cli/accept.ts";
 import { renderHub } from "../cli/render/index.ts";
-import { HubRechecksName } from "../cli/render/hub.ts";
+import { HubSourceName } from "../cli/render/hub.ts";
 import { TargetExtension } from "../shared/events.ts";
 import { triggerFilters, type TriggerSpec } from "../cli/render/objects.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
@@ -77,7 +77,7 @@ async function cluster(name = CLUSTER): Promise<ManagedCluster | undefined> {
 function subscribedTo(event: Record<string, string>): string[] {
   const triggers = renderHub({ tag: IMAGE_TAG }).filter((o) => o.kind === "Trigger") as unknown as { spec: TriggerSpec & { subscriber: { ref: { name: string } } } }[];
   const passes = (filter: Record<string, string>) => Object.entries(filter).every(([k, v]) => event[k] === v);
-  return [...new Set(triggers.filter((t) => triggerFilters(t.spec).some(passes)).map((t) => t.spec.subscriber.ref.name))].filter((name) => name !== HubRechecksName).sort();
+  return [...new Set(triggers.filter((t) => triggerFilters(t.spec).some(passes)).map((t) => t.spec.subscriber.ref.name))].filter((name) => name !== HubSourceName).sort();
 }
 
 beforeAll(async () => {
@@ -85,7 +85,7 @@ beforeAll(async () => {
   env = await startEventingHub({
     workloads: "knative",
     serving: { autoscaler: { "stable-window": "6s", "scale-to-zero-grace-period": "6s" } },
-    resyncSchedule: "0 0 1 1 *",
+    resyncSeconds: 86_400,
   });
 }, 1_200_000);
 
@@ -139,7 +139,7 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
     const ours = items.filter((t) => t.spec.subscriber.ref);
     expect(ours.length).toBeGreaterThan(0);
     for (const t of ours) {
-      const apiVersion = t.metadata.name === HubRechecksName ? "v1" : "serving.knative.dev/v1";
+      const apiVersion = t.metadata.name === HubSourceName ? "v1" : "serving.knative.dev/v1";
       expect(t.spec.subscriber.ref, t.metadata.name).toMatchObject({ apiVersion, kind: "Service" });
       expect(ready(t), t.metadata.name).toBe(true);
       expect(t.status?.subscriberUri).toBe(`http://${t.spec.subscriber.ref!.name}.${env.namespace}.svc.cluster.local`);
@@ -176,7 +176,7 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
     const running = deployments.filter((d) => d.spec.template.spec.containers.some((c) => c.image.startsWith("dev.local/ocm-functions/") && !c.image.includes("/relay:")));
     expect(running.length).toBeGreaterThan(0);
     for (const d of running) expect(d.metadata.ownerReferences?.map((r) => `${r.apiVersion} ${r.kind}`), d.metadata.name).toEqual(["serving.knative.dev/v1 Revision"]);
-    // What reached the functions came through the Broker, as Knative's ApiServerSource reported it.
+    // What reached the functions came through the Broker, from the hub's relay, each event naming its function.
     await eventually(
       () => {
         const seen = env.deliveries.map((d) => `${d.event.type} ${d.event.kind}`);

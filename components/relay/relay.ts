@@ -16,7 +16,7 @@ import { openRecorder } from "./recorder.ts";
 import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
 import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
-import { changedNothingWatched, observedFor, withObserved, type Cache } from "./state.ts";
+import { changedNothingWatched, observedFor, outsideEveryScope, withObserved, type Cache } from "./state.ts";
 import { startRechecks } from "./rechecks.ts";
 import type { CloudEventServer } from "../../shared/cloudevents-server.ts";
 import type { StateConfig } from "./config.ts";
@@ -44,7 +44,7 @@ export type Relay = {
 };
 
 // Changes the relay's watches saw, per source and verb (docs/metrics.md).
-const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required), or an update changed nothing its watch looks at (Watch.changes)", ["sink"]);
+const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required), the object is outside every scope its function watches, or an update changed nothing its watch looks at (Watch.changes)", ["sink"]);
 const changes = metrics.counter("ocmf_relay_changes_total", "Object changes seen by a source's watch, by verb (add, update, delete)", ["source", "verb"]);
 
 export function startRelay(options: RelayOptions): Relay {
@@ -59,9 +59,11 @@ export function startRelay(options: RelayOptions): Relay {
   // recheck's refresh hands what they hold then.
   const caches = new Map<string, Cache>();
   // An event a related object the watch requires says is not for the function is not sent at all, nor
-  // is an update that changed nothing the watch looks at (its `changes`).
-  const withState = (state: StateConfig, envelope: Envelope, change?: { previous: KubeObject; current: KubeObject }): Envelope | undefined => {
-    if (change && changedNothingWatched(state, envelope.event, change)) return undefined;
+  // is one about an object outside the function's scopes, nor an update that changed nothing the watch
+  // looks at (its `changes`).
+  const withState = (state: StateConfig, envelope: Envelope, change?: { previous?: KubeObject; current: KubeObject }): Envelope | undefined => {
+    if (change && outsideEveryScope(state, envelope.event, change)) return undefined;
+    if (change?.previous && changedNothingWatched(state, envelope.event, { previous: change.previous, current: change.current })) return undefined;
     const hand = (event: CloudEvent<unknown>) => {
       const observed = observedFor(state, (cluster, group, kind) => caches.get(`${cluster}|${group}|${kind}`), event);
       return observed === "unrelated" ? undefined : observed ? withObserved(event, observed) : event;
@@ -77,7 +79,7 @@ export function startRelay(options: RelayOptions): Relay {
       },
     };
   };
-  function route(envelope: Envelope, change?: { previous: KubeObject; current: KubeObject }): void {
+  function route(envelope: Envelope, change?: { previous?: KubeObject; current: KubeObject }): void {
     for (const { sink, state } of sinks) {
       if (sink.mismatch(envelope.event) !== undefined) continue;
       const sent = state ? withState(state, envelope, change) : envelope;
@@ -115,7 +117,7 @@ export function startRelay(options: RelayOptions): Relay {
             const latest = source.get(key);
             return latest ? build(change.verb === "delete" ? "add" : change.verb, latest, server) : build("delete", change.object, server);
           },
-        }, change.previous && { previous: change.previous, current: change.object });
+        }, { previous: change.previous, current: change.object });
       },
     });
     caches.set(`${s.cluster}|${s.resource.group}|${s.resource.kind}`, { ...s, get: source.get, objects: source.objects });

@@ -172,6 +172,18 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
 // controller-runtime predicate drops it before the queue. Any other event, or a watch without
 // `changes`, is judged by observedFor as usual.
 // `current` is the object as the source holds it now (a Reference-mode event carries no object).
+// An object event of a kind the function watches, about an object in none of its watches' scopes
+// before or after the change: the relay watches the kind wider for another function, and this one
+// would only skip it. One that enters or leaves a scope still goes, as a selected watch would send it.
+export function outsideEveryScope(state: StateConfig, event: CloudEvent<unknown>, change: { previous?: KubeObject; current: KubeObject }): boolean {
+  const attrs = event as unknown as Record<string, unknown>;
+  const cluster = String(attrs.cluster ?? "");
+  const { group, kind } = kindOf(attrs);
+  const watches = state.watches.filter((w) => w.cluster === cluster && w.group === group && w.kind === kind);
+  if (!watches.length) return false;
+  return !watches.some((w) => inScope(w, change.current) || (change.previous !== undefined && inScope(w, change.previous)));
+}
+
 export function changedNothingWatched(state: StateConfig, event: CloudEvent<unknown>, change: { previous: KubeObject; current: KubeObject }): boolean {
   if (!event.type.endsWith(".update")) return false;
   const attrs = event as unknown as Record<string, unknown>;

@@ -2,8 +2,8 @@
 // clusters (hub and spoke), a node on the hub (node.ts, with Services and DNS), Knative Eventing in pods
 // (eventing.ts), our function and relay images built from the bundles and imported, and then what
 // `ocmf install hub --workloads deployments --wait all` applies: every hub function a Deployment and a
-// Service, subscribed by its rendered Triggers on the Broker that Knative's ApiServerSource and
-// PingSource feed. A recorder subscribed to the Broker with no filter (on the node's address, which
+// Service, subscribed by its rendered Triggers on the Broker that the hub's relay (a ContainerSource)
+// feeds. A recorder subscribed to the Broker with no filter (on the node's address, which
 // the pods reach) keeps every event the Broker delivered. The spoke is local processes, joined by the
 // caller with joinSpoke and runDeployed.
 // With workloads "knative", Knative Serving and Traefik run beside Eventing (serving.ts) and the install
@@ -137,9 +137,9 @@ function startRecorder(host: string, deliveries: Delivery[]): Promise<{ server: 
 // itself (OCM_CLUSTER_AUTO_APPROVAL_USERS names the bootstrap token's user for that cluster alone);
 // true: every cluster that joins with that token.
 // workloads: how the hub functions run (default deployments); serving: Serving's settings (the
-// autoscaler's windows above all) when they run as Knative Services; resyncSchedule: the PingSource's cron.
+// autoscaler's windows above all) when they run as Knative Services; resyncSeconds: the hub relays' ticks.
 export async function startEventingHub(
-  o: { autoApprove?: string | true; workloads?: Workloads; serving?: ServingSettings; resyncSchedule?: string; log?: (line: string) => void } = {},
+  o: { autoApprove?: string | true; workloads?: Workloads; serving?: ServingSettings; resyncSeconds?: number; log?: (line: string) => void } = {},
 ): Promise<EventingHub> {
   const log = o.log ?? (() => {});
   const workloads = o.workloads ?? "deployments";
@@ -176,8 +176,8 @@ export async function startEventingHub(
     undo.push(() => scheduler.stop());
     const starting = startNode(hub, { name: "node-a", subnet, apiserverProxy: true, services: true, log });
     // The images are built while the node starts (its processes get on without this one's event loop).
-    // The hub's pods run only hub functions and the relay (cluster-lease-monitor's ContainerSource, and
-    // ocm-hub-rechecks, the relay in recheck mode).
+    // The hub's pods run only hub functions and the relay (the Broker's source, which also holds
+    // rechecks, and cluster-lease-monitor's own).
     const functions = readFunctions()
       .filter((f) => f.side === "hub")
       .map((f) => f.name);
@@ -216,7 +216,7 @@ export async function startEventingHub(
     const t0 = performance.now();
     await installHub(
       hubAdmin,
-      { render: { workloads, tag: IMAGE_TAG, env, ...(o.resyncSchedule ? { resyncSchedule: o.resyncSchedule } : {}) }, wait: { level: "all", timeoutMs: 300_000, timeoutText: "5 minutes" }, ...(o.autoApprove ? {} : { bootstrapKubeconfigFile: bootstrapKubeconfig }) },
+      { render: { workloads, tag: IMAGE_TAG, env, ...(o.resyncSeconds ? { resyncSeconds: o.resyncSeconds } : {}) }, wait: { level: "all", timeoutMs: 300_000, timeoutText: "5 minutes" }, ...(o.autoApprove ? {} : { bootstrapKubeconfigFile: bootstrapKubeconfig }) },
       log,
     );
     const installMs = performance.now() - t0;
