@@ -1,6 +1,7 @@
 // Knative Eventing running in pods on a harness node (node.ts): its controller and webhook, the
 // multi-tenant channel-based Broker (controller, ingress, filter) over the in-memory channel
-// (controller, dispatcher), and the PingSource and ApiServerSource adapters the controller deploys.
+// (controller, dispatcher), and the PingSource and ApiServerSource adapters the controller deploys
+// when a source of theirs exists (our hub renders neither: its relay feeds the Broker).
 // Every program is built by scripts/build-tools.sh from the Go module tools/knative pins and put on an
 // empty base as one static binary (dev/build/static-image.ts), then imported into the node's containerd.
 // The manifests are Knative's own, read from that module's config/ in the Go module cache; the only
