@@ -7,8 +7,12 @@
 // - never older than judged: a handed object older than one this process has already seen (from an
 //   earlier event, a read or a write's answer) is not used; the API is read instead;
 // - a reconcile that writes confirms first: before a write, every handed object and list it used
-//   since its last write is read again, and a difference throws a conflict (409) that the runtime retries with live
-//   reads only. A reconcile that writes nothing reads nothing;
+//   since its last write is read again and compared whole, content and resourceVersion, and a
+//   difference throws a conflict (409) that the runtime retries with live reads only. A reconcile that
+//   writes nothing reads nothing. Whole, because whoever can reach a function's endpoint (a pod beside
+//   it, a Broker's ingress) can post an event that hands a real object's name and resourceVersion with
+//   content of its own: a write conditioned on that resourceVersion alone would pass the API server's
+//   check while judged from the forgery (docs/security.md, "Handed state");
 // - a write to an object drops that kind's handed state: what comes after reads what is stored.
 import type { ApiResource } from "./api/meta.ts";
 import { KubeError } from "./kube/errors.ts";
@@ -17,6 +21,7 @@ import { metrics } from "./metrics.ts";
 import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
 import type { LabelQuery } from "./selector-query.ts";
 import { labelSelectorObject, matches } from "./label-match.ts";
+import { isDeepStrictEqual } from "node:util";
 
 // One object as the source holds it; without `object` the source knows there is no such object.
 // `conditional`: the function writes it only conditionally (shared/sdk.ts Related), so it is never
@@ -73,9 +78,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     lists.set(id, [...(lists.get(id) ?? []), l]);
   }
   const dropped = new Set<string>(); // kinds written to: their handed state no longer counts
-  // `object` and `rv` name a handed object read by get: a write that carries that resourceVersion of that
-  // object is refused by the API server if it changed, so it needs no confirming read.
-  const used: { id: string; cluster: string; r: ApiResource; object?: string; rv?: string; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
+  const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
   const clients = new Map<string, KubeClient>();
 
@@ -105,14 +108,13 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
   // Writes sent at once confirm one after another, each what was used before it; a stale state found
   // once refuses every later write of the reconcile too.
   let confirming: Promise<void> = Promise.resolve();
-  function confirmBeforeWrite(conditioned?: { object: string; rv: string }): Promise<void> {
-    confirming = confirming.then(() => confirmNow(conditioned));
+  function confirmBeforeWrite(): Promise<void> {
+    confirming = confirming.then(confirmNow);
     return confirming;
   }
-  async function confirmNow(conditioned?: { object: string; rv: string }): Promise<void> {
+  async function confirmNow(): Promise<void> {
     const stale: string[] = [];
     for (const u of used.slice(confirmedUpTo, (confirmedUpTo = used.length))) {
-      if (conditioned && u.object === conditioned.object && u.rv === conditioned.rv) continue;
       observedReads.inc([fn, "confirm"]);
       if (!(await u.confirm(live(u.cluster)))) stale.push(u.id);
     }
@@ -128,9 +130,8 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
         if (found) note(found, r.kind);
-        const rv = found?.metadata.resourceVersion;
         if (!objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
-          used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, object: objectId(r.kind, namespace, name), rv, confirm: async (c) => (await c.get(r, name, namespace))?.metadata.resourceVersion === rv });
+          used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => sameObject(await c.get(r, name, namespace), found ?? undefined) });
         return (found ? structuredClone(found) : undefined) as T | undefined;
       }
       observedReads.inc([fn, found ? "stale" : "api"]);
@@ -151,9 +152,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         observedReads.inc([fn, "handed"]);
         const items = match.items.filter((i) => byField!(i) && (!byLabels || byLabels(i)));
         for (const i of items) note(i, r.kind);
-        const versions = (items: readonly KubeObject[]) => items.map((i) => `${i.metadata.namespace ?? ""}/${i.metadata.name}@${i.metadata.resourceVersion}`).sort().join(",");
-        const want = versions(items);
-        used.push({ id: `${r.kind} list`, cluster, r, confirm: async (c) => versions((await c.list(r, o)).items) === want });
+        used.push({ id: `${r.kind} list`, cluster, r, confirm: async (c) => sameItems((await c.list(r, o)).items, items) });
         return { items: structuredClone(items) as T[], resourceVersion: "" };
       }
       observedReads.inc([fn, match ? "stale" : "api"]);
@@ -163,7 +162,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     };
     // Every write: confirm what was judged, drop the kind's handed state, remember what the server answered.
     const writing = (verb: string, call: (r: ApiResource, ...rest: unknown[]) => Promise<unknown>) => async (r: ApiResource, ...rest: unknown[]) => {
-      await confirmBeforeWrite(conditionOf(verb, r, rest));
+      await confirmBeforeWrite();
       dropped.add(kindId(cluster, r.group, r.kind));
       const out = await call(r, ...rest);
       if (out && typeof out === "object" && "metadata" in out) note(out as KubeObject, r.kind);
@@ -202,22 +201,19 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
   };
 }
 
-// The object and resourceVersion a write is conditioned on: an update's body, or a merge patch that
-// names metadata.resourceVersion (the API server refuses either with 409 when the object has another
-// version). Nothing for creates, deletes and JSON or apply patches.
-function conditionOf(verb: string, r: ApiResource, args: unknown[]): { object: string; rv: string } | undefined {
-  if (verb === "update") {
-    const body = args[0] as KubeObject | undefined;
-    const rv = body?.metadata?.resourceVersion;
-    return rv && body.metadata.name ? { object: objectId(r.kind, body.metadata.namespace, body.metadata.name), rv } : undefined;
-  }
-  if (verb === "patch") {
-    const [name, patch, o] = args as [string, { metadata?: { resourceVersion?: unknown } } | undefined, { namespace?: string; type?: string } | undefined];
-    const rv = patch && typeof patch === "object" && !Array.isArray(patch) ? patch.metadata?.resourceVersion : undefined;
-    const type = o?.type ?? "merge";
-    return typeof rv === "string" && rv && type === "merge" ? { object: objectId(r.kind, o?.namespace, name), rv } : undefined;
-  }
-  return undefined;
+// The same object, whole: what the API server holds now against what was handed (both undefined: still
+// absent). A list's items carry no apiVersion and kind, so those two are left out.
+function sameObject(now: KubeObject | undefined, handed: KubeObject | undefined): boolean {
+  if (!now || !handed) return now === handed;
+  const bare = ({ apiVersion: _a, kind: _k, ...rest }: KubeObject & { apiVersion?: unknown; kind?: unknown }) => rest;
+  return isDeepStrictEqual(bare(now), bare(handed));
+}
+
+function sameItems(now: readonly KubeObject[], handed: readonly KubeObject[]): boolean {
+  if (now.length !== handed.length) return false;
+  const key = (o: KubeObject) => `${o.metadata.namespace ?? ""}/${o.metadata.name}`;
+  const byKey = new Map(handed.map((o) => [key(o), o]));
+  return now.every((o) => sameObject(o, byKey.get(key(o))));
 }
 
 // A label selector as a filter over a whole handed scope, for the forms labelSelectorObject reads

@@ -1,7 +1,7 @@
 // Observed state handed with the event (shared/observed.ts, components/relay/state.ts), proved on
 // cluster-lease-monitor against a real hub under the function's own identity: a renewal delivered by a
-// real relay costs the function no request; a handed view older than one already judged, or changed
-// before a write, is never what a write goes by.
+// real relay costs the function no request; a handed view older than one already judged, changed
+// before a write, or forged by whoever can post to the function, is never what a write goes by.
 import { afterAll, beforeAll, describe, it, expect } from "vitest";
 import { KubeClient, resourcePath } from "../shared/kube/client.ts";
 import { LeaseResource, NamespaceResource } from "../shared/api/kube.ts";
@@ -18,7 +18,7 @@ import { withObserved } from "../components/relay/state.ts";
 import { relayConfigFor } from "../dev/local/run-function.ts";
 import { jsonLog } from "../shared/harness.ts";
 import { startFunction } from "../dev/local/functions.ts";
-import { testIo } from "./support/functions.ts";
+import { postEvent, testIo } from "./support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "./support/fixtures.ts";
 import scheduler from "../functions/placement-scheduler/reconcile.ts";
 import acceptor from "../functions/cluster-acceptor/reconcile.ts";
@@ -222,6 +222,29 @@ describe("a stale view never writes", () => {
     expect(rec.requests.some((r) => r.method === "GET" && r.path.endsWith(`/namespaces/${c}/leases/${ManagedClusterLeaseName}`))).toBe(true);
   });
 
+  // The attacker is anyone who can reach the function's endpoint (a pod beside it, or the Broker's
+  // ingress): no Kubernetes identity at all. What it hands is a real object's name and resourceVersion
+  // with content of its own.
+  it("does not mark a cluster whose agent renews Unknown when anyone who can reach the function posts an event handing a forged lease at the lease's real resourceVersion", async () => {
+    const c = await seed();
+    // as its agent reports it
+    const joined = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const availableTrue = { type: ManagedClusterConditionType.Available, status: "True", reason: ManagedClusterReason.ManagedClusterAvailable, message: "Managed cluster is available" } as const;
+    await admin.patch(ManagedClusterResource, c, { status: { conditions: setCondition(joined.status?.conditions ?? [], availableTrue, new Date()) } }, { subresource: "status" });
+    const lease = (await admin.get<Lease>(LeaseResource, ManagedClusterLeaseName, c))!;
+    const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const forged: Lease = { ...lease, spec: { ...lease.spec, renewTime: microTime(new Date(Date.now() - 3_600_000)) } };
+    const server = await startFunction(fn.spec, testIo({ [HUB]: kubeconfig }, config));
+    try {
+      const res = await postEvent(server.url, handing(cluster, ManagedClusterResource, { objects: [handed(ManagedClusterResource, cluster), handed(LeaseResource, forged)], lists: [] }));
+      expect(res.status).toBeLessThan(300);
+    } finally {
+      await server.close();
+    }
+    // judged again from the API: the lease is fresh, so the cluster is Available
+    expect(await available(c)).toBe("True");
+  });
+
   it("a cluster handed at an older resourceVersion than one already judged is read from the API instead", async () => {
     const c = await seed();
     const older = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
@@ -255,24 +278,29 @@ describe("a stale view never writes", () => {
     expect(role?.rules?.length).toBeGreaterThan(0);
   });
 
-  it("a write carrying the handed object's resourceVersion is sent without a confirming read of it, and the API server refuses it (409) once the object has changed", async () => {
+  it("confirms a handed object whole before a write carrying its resourceVersion: unchanged, the GET and then the PUT; changed since, or forged at its real resourceVersion, a 409 with no PUT sent", async () => {
     const c = await seed();
     const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
-    const observed: Observed = { objects: [handed(ManagedClusterResource, cluster)], lists: [] };
     // the lease monitor's own write: a status update, as the handed cluster was read
     const judge = (clients: ReturnType<typeof observedClients>, message: string) =>
       clients.cluster(HUB).get<ManagedCluster>(ManagedClusterResource, c).then((mc) => {
         const conditions = setCondition(mc!.status?.conditions ?? [], { type: "Judged", status: "True", reason: "Test", message }, new Date());
         return clients.cluster(HUB).update(ManagedClusterResource, { ...mc!, status: { ...mc!.status, conditions } }, "status");
       });
+    const handedAs = (object: ManagedCluster): Observed => ({ objects: [handed(ManagedClusterResource, object)], lists: [] });
     const fresh = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
-    await judge(observedClients("test", fresh.io.cluster, observed, new Map()), "fresh");
-    // the handed cluster answered the get; the update went alone, conditioned on its resourceVersion
-    expect(fresh.requests.map((r) => r.method)).toEqual(["PUT"]);
-    // the same handed view, now stale: the write is refused, never applied over the newer object
+    await judge(observedClients("test", fresh.io.cluster, handedAs(cluster), new Map()), "fresh");
+    expect(fresh.requests.map((r) => r.method)).toEqual(["GET", "PUT"]);
+    // the same handed view, now stale: the confirming read finds it, and no write goes
     const stale = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
-    await expect(judge(observedClients("test", stale.io.cluster, observed, new Map()), "stale")).rejects.toMatchObject({ code: 409 });
-    expect(stale.requests.map((r) => r.method)).toEqual(["PUT"]);
+    await expect(judge(observedClients("test", stale.io.cluster, handedAs(cluster), new Map()), "stale")).rejects.toMatchObject({ code: 409 });
+    expect(stale.requests.map((r) => r.method)).toEqual(["GET"]);
+    // content of someone's own at the object's current resourceVersion: found the same way
+    const now = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const forged = { ...now, spec: { ...now.spec, hubAcceptsClient: false } };
+    const forgery = recordingRequests(testIo({ [HUB]: kubeconfig }, config));
+    await expect(judge(observedClients("test", forgery.io.cluster, handedAs(forged), new Map()), "forged")).rejects.toMatchObject({ code: 409 });
+    expect(forgery.requests.map((r) => r.method)).toEqual(["GET"]);
     expect(findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))!.status?.conditions, "Judged")?.message).toBe("fresh");
   });
 
