@@ -24,8 +24,8 @@ import { labelSelectorObject, matches } from "./label-match.ts";
 import { isDeepStrictEqual } from "node:util";
 
 // One object as the source holds it; without `object` the source knows there is no such object.
-// `conditional`: the function writes it only conditionally (shared/sdk.ts Related), so it is never
-// confirmed before a write.
+// `conditional`: the function writes it only conditionally (shared/sdk.ts Related), so handed absent it
+// is not confirmed before a write (a create finds out); handed present it is, as any other.
 export type HandedObject = { cluster: string; apiVersion: string; kind: string; namespace?: string; name: string; object?: KubeObject; conditional?: boolean };
 // Every object of a kind in a scope (a namespace, a label selector, or all), as the source holds them.
 export type HandedList = { cluster: string; apiVersion: string; kind: string; namespace?: string; labelSelector?: string; items: KubeObject[] };
@@ -130,7 +130,9 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
         if (found) note(found, r.kind);
-        if (!objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
+        // handed absent and conditional: the function only creates it, and the API server answers that;
+        // present, its content is what a write carries, so it is confirmed whole like any other
+        if (found !== null || !objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
           used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => sameObject(await c.get(r, name, namespace), found ?? undefined) });
         return (found ? structuredClone(found) : undefined) as T | undefined;
       }

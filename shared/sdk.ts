@@ -69,9 +69,10 @@ export type Watch<C = unknown> = {
 // event wakes the function only if the source's cache shows the object there, or the list not empty
 // (a ManagedCluster change wakes no placement-scheduler on a hub without Placements). `conditional`:
 // the function writes this object only conditionally (a create, or a write carrying the
-// resourceVersion it read), and judges nothing else by it, so a stale view of it costs a conflict and
-// never a wrong write: it is handed even absent from a cache that cannot vouch for absence (one of
-// labelled objects), and not read again before a write (shared/observed.ts).
+// resourceVersion it read), and judges nothing else by it: it is handed even absent from a cache that
+// cannot vouch for absence (one of labelled objects), and handed absent it is not read again before a
+// write, since a create finds out (shared/observed.ts). Handed present it is confirmed whole like any
+// other: its content is what a write carries, and a forged one must never be written back.
 export type Related = { resource: ApiResource; name?: string; namespace?: string; labelSelector?: string; required?: boolean; conditional?: boolean };
 
 // A permission the function needs beyond what its watches read (get, list and watch on every watched

@@ -278,6 +278,25 @@ describe("a stale view never writes", () => {
     expect(role?.rules?.length).toBeGreaterThan(0);
   });
 
+  // A ClusterRole labelled aggregate-to-admin lends its rules to every namespace's admins.
+  it("never writes back a shared role that anyone who can reach the acceptor hands present with forged labels at its real resourceVersion", async () => {
+    const acceptorIdentity = await readyIdentity(hub.cluster, acceptor.spec.name, [ManagedClusterResource]);
+    const c = `cluster-${suffix()}`;
+    await admin.create(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
+    // the shared registration role, missing its rules: the acceptor writes it
+    await admin.delete(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
+    const real = await admin.create<KubeObject & { rules?: unknown[] }>(ClusterRoleResource, { metadata: { name: HubRbacName.RegistrationClusterRole }, rules: [] });
+    const forged = { ...real, metadata: { ...real.metadata, labels: { "rbac.authorization.k8s.io/aggregate-to-admin": "true" } } };
+    const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
+    const present = { cluster: HUB, apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", name: HubRbacName.RegistrationClusterRole, object: forged, conditional: true };
+    const event = withObserved(relayObjectEvent({ verb: "update", mode: "Resource", cluster: HUB, server: "https://hub.invalid", resource: ManagedClusterResource, object: cluster, clock: systemClock, overrides: {} }), { objects: [handed(ManagedClusterResource, cluster), present], lists: [] });
+    const reply = await handleEvent(acceptor.spec, testIo({ [HUB]: acceptorIdentity }, { hubCluster: HUB, autoApprovalUsers: [] }), { ...event.toJSON(), data: event.data });
+    expect(reply.statusCode, reply.body).toBeLessThan(300);
+    const role = await admin.get<KubeObject & { rules?: unknown[] }>(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
+    expect(role?.rules?.length).toBeGreaterThan(0);
+    expect(role?.metadata.labels?.["rbac.authorization.k8s.io/aggregate-to-admin"]).toBeUndefined();
+  });
+
   it("confirms a handed object whole before a write carrying its resourceVersion: unchanged, the GET and then the PUT; changed since, or forged at its real resourceVersion, a 409 with no PUT sent", async () => {
     const c = await seed();
     const cluster = (await admin.get<ManagedCluster>(ManagedClusterResource, c))!;
