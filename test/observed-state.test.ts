@@ -294,7 +294,7 @@ describe("a stale view never writes", () => {
     expect(reply.statusCode, reply.body).toBeLessThan(300);
     const role = await admin.get<KubeObject & { rules?: unknown[] }>(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
     expect(role?.rules?.length).toBeGreaterThan(0);
-    expect(role?.metadata.labels?.["rbac.authorization.k8s.io/aggregate-to-admin"]).toBeUndefined();
+    expect((role?.metadata.labels as Record<string, string> | undefined)?.["rbac.authorization.k8s.io/aggregate-to-admin"]).toBeUndefined();
   });
 
   it("confirms a handed object whole before a write carrying its resourceVersion: unchanged, the GET and then the PUT; changed since, or forged at its real resourceVersion, a 409 with no PUT sent", async () => {
