@@ -85,11 +85,11 @@ describe("a render", () => {
     expect([kservices(hub).length, kservices(spoke).length]).toEqual([11, 6]);
   });
 
-  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions, each naming it as the target, and its own due rechecks", ({ name, f, objects }) => {
+  it.each(functions.filter(({ f }) => !isRelayFed(f) && !isSpokeRelayFed(f)))("gives $name one Trigger whose filters are exactly its func.yaml subscriptions (on the hub, each naming it as the target) and its own due rechecks", ({ name, f, side, objects }) => {
     const mine = of<Trigger>(objects, "Trigger").filter((t) => t.spec.subscriber.ref.name === name);
     expect(mine.map((t) => t.metadata.name)).toEqual([name]);
     const ownRechecks = { source: mine[0]!.spec.broker, filters: { type: RecheckDueType, [TargetExtension]: name } };
-    const subscriptions = f.deploy.subscriptions.map((s) => ({ ...s, filters: { ...s.filters, [TargetExtension]: name } }));
+    const subscriptions = f.deploy.subscriptions.map((s) => (side === "hub" ? { ...s, filters: { ...s.filters, [TargetExtension]: name } } : s));
     expect(triggerFilters(mine[0]!.spec).map((filters) => ({ source: mine[0]!.spec.broker, filters }))).toEqual([...subscriptions, ownRechecks]);
     expect(new Set(mine.map((t) => t.spec.subscriber.ref.kind))).toEqual(new Set(["Service"]));
   });
@@ -156,8 +156,10 @@ describe("a render", () => {
     const container = (source.spec as { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } }).template.spec.containers[0]!;
     const config = configFromEnvironment(container.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, { K_SINK: "http://broker.example" });
     const f = functions.find((x) => x.name === "agent-config")!.f;
-    expect(config.sinks[0]).toEqual({ name: "agent-config", url: "http://agent-config.open-cluster-management-agent.svc.cluster.local", filters: f.deploy.subscriptions.map((x) => x.filters) });
-    expect(config.sinks.slice(1).map((s) => s.url)).toEqual(config.sinks.slice(1).map(() => "http://broker.example"));
+    expect(config.sinks).toEqual([
+      { name: "agent-config", url: "http://agent-config.open-cluster-management-agent.svc.cluster.local", filters: f.deploy.subscriptions.map((x) => x.filters) },
+      { name: "k-sink", url: "http://broker.example" },
+    ]);
     // and the Service that URL names is in the render
     expect(of(spoke, "Service").map((x) => x.metadata.name)).toContain("agent-config");
   });
@@ -192,18 +194,12 @@ describe("a render", () => {
     expect(granted).toEqual(watched);
   });
 
-  it("configures the spoke's relay as the relay itself parses it: each Broker-fed function its own sink at K_SINK (the Broker), each source's cluster its own", () => {
+  it("configures the spoke's relay as the relay itself parses it: the Broker as K_SINK, each source's cluster its own", () => {
     type Source = Manifest & { spec: { template: { spec: { containers: Container[] } } } };
     const [relay] = of<Source>(spoke, "ContainerSource");
     const text = relay!.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value;
     const config = configFromEnvironment(text, { K_SINK: "http://broker-ingress.example/ns/default" });
-    const fed = functions.filter(({ f, side }) => side === "spoke" && !isSpokeRelayFed(f));
-    expect(config.sinks.map((s) => [s.name, s.url, s.extensions])).toEqual([
-      ["agent-config", "http://agent-config.open-cluster-management-agent.svc.cluster.local", undefined],
-      ...fed.map(({ name }) => [name, "http://broker-ingress.example/ns/default", { [TargetExtension]: name }]),
-    ]);
-    // each with the state its watches ask for, on the cluster each watch names
-    for (const { name } of fed) expect(new Set(config.sinks.find((s) => s.name === name)!.state!.watches.map((w) => w.cluster)).size).toBeGreaterThan(0);
+    expect(config.sinks.map((s) => [s.name, s.url])).toEqual([["agent-config", "http://agent-config.open-cluster-management-agent.svc.cluster.local"], ["k-sink", "http://broker-ingress.example/ns/default"]]);
     expect(config.ceOverrides.extensions).toEqual({}); // a `cluster` override would rename every source's cluster
     const subscribed = new Set(functions.filter((f) => f.side === "spoke").flatMap((f) => f.f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
     expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);

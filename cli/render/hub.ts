@@ -212,7 +212,7 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, roles: deployedRoles(f), relocate: { [HubNamespaceDefault]: ns } }),
       ...functionWorkload(f, { ...o, namespace: ns, containerEnv: envs.get(f.name)! }),
-      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o)),
+      ...(isRelayFed(f) ? hubRelay(f, ns, cluster!, o) : triggers(f, ns, o, { targeted: true })),
     );
   }
   objects.push(...hubSource(brokerFed, ns, cluster!, brokerName, o));

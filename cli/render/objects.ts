@@ -240,21 +240,22 @@ export function triggerFilters(spec: TriggerSpec): Record<string, string>[] {
 // One Trigger per function and Broker, letting through what any of its func.yaml subscriptions to that
 // Broker names. Not one per subscription: with the channel-based Broker each Trigger is a Subscription
 // on the Broker's channel, so every event goes to the filter once per Trigger (76 times for our hub).
-// Each also lets through the function's own due rechecks (recheckRoute). The Broker's source sends each
-// function its own events, naming it in ocmftarget (components/relay/config.ts kSinkTargets), so every
-// filter also asks for that name: an event meant for another function (with another observed state)
-// never reaches this one.
-export function triggers(f: FunctionDeployment, ns: string, o: CommonOptions = {}): Manifest[] {
+// Each also lets through the function's own due rechecks (recheckRoute). `targeted`: the Broker's source
+// sends each function its own events, naming it in ocmftarget (components/relay/config.ts kSinkTargets),
+// so every filter also asks for that name: an event meant for another function (with another observed
+// state, or none) never reaches this one.
+export function triggers(f: FunctionDeployment, ns: string, o: CommonOptions = {}, how: { targeted?: boolean } = {}): Manifest[] {
   const bySource = new Map<string, Record<string, string>[]>();
   for (const { source, filters } of f.deploy.subscriptions) {
-    if (Object.keys(filters).length === 0) throw new Error(`functions/${f.name}/func.yaml: a subscription without filters would also take the function's own recheck requests`);
-    bySource.set(source, [...(bySource.get(source) ?? []), { ...filters, [TargetExtension]: f.name }]);
+    if (how.targeted && Object.keys(filters).length === 0) throw new Error(`functions/${f.name}/func.yaml: a subscription without filters would also take the function's own recheck requests`);
+    bySource.set(source, [...(bySource.get(source) ?? []), how.targeted ? { ...filters, [TargetExtension]: f.name } : filters]);
   }
   for (const [source, list] of bySource) bySource.set(source, [...list, { type: RecheckDueType, [TargetExtension]: f.name }]);
   return [...bySource.entries()].map(([source, list]) => {
     const name = bySource.size === 1 ? f.name : `${f.name}-${source}`;
     if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`functions/${f.name}/func.yaml: Trigger name ${name} is not a DNS label`);
-    const filter = list.length === 1 ? { filter: { attributes: list[0] } } : { filters: [{ any: list.map((exact) => ({ exact })) }] };
+    // A subscription without filters wants every event: then so does the Trigger.
+    const filter = list.some((x) => Object.keys(x).length === 0) ? {} : list.length === 1 ? { filter: { attributes: list[0] } } : { filters: [{ any: list.map((exact) => ({ exact })) }] };
     return {
       apiVersion: "eventing.knative.dev/v1",
       kind: "Trigger",

@@ -9,7 +9,6 @@ import { isSpokeRelayFed, readFunctions, type FunctionDeployment } from "./func-
 import { watchesOf } from "./definitions.ts";
 import { deployedRoles } from "./rbac.ts";
 import { mergeWatches } from "./sources.ts";
-import { stateOf } from "../../shared/sdk.ts";
 import {
   broker,
   brokerNames,
@@ -63,15 +62,12 @@ export function relayConfig(fns: readonly Deployed[], o: { spoke: string; hub: s
   const sources = mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches));
   for (const s of sources) if (s.cluster !== o.spoke && s.cluster !== o.hub) throw new Error(`a spoke function watches cluster ${s.cluster}, neither the spoke (${o.spoke}) nor the hub (${o.hub})`);
   // Functions that ask to be called again at a given time get their events from the relay itself, with
-  // their subscriptions' filters; every other one through the Broker (K_SINK), each its own events with
-  // the observed state its watches ask for, named in ocmftarget for its Trigger (kSinkTargets).
+  // their subscriptions' filters; every other one through the Broker (K_SINK) and its Triggers.
   const direct = fns.filter(isSpokeRelayFed).map((f) => ({ name: f.name, url: `http://${f.name}.${o.agentNamespace}.svc.cluster.local`, filters: f.deploy.subscriptions.map((s) => s.filters) }));
-  const targets = fns.filter((f) => !isSpokeRelayFed(f)).map((f) => ({ name: f.name, filters: f.deploy.subscriptions.map((s) => s.filters), state: stateOf(watchesOf(f.name, f.env).watches) }));
   const config: RelayConfigInput = {
     clusters: { [o.spoke]: { inCluster: true }, [o.hub]: hubCredentialsFromAgentSecrets(o.spoke, o.agentNamespace) },
     sources,
     ...(direct.length ? { sinks: direct } : {}),
-    kSinkTargets: targets,
     resync: { intervalMs: o.resyncSeconds * 1000 },
     // the Broker-fed functions' rechecks (cli/render/objects.ts recheckRoute)
     rechecks: { port: RECHECKS_PORT },
