@@ -3,18 +3,17 @@
 //   1. idle as deployed (the hub's relays tick every 30 minutes, as OCM's hub informers resync): how
 //      long after the install until every function with nothing to do has gone, then pods per hub
 //      function, sampled every 2 s over SERVING_IDLE_SECONDS (120)
-//   2. (the tick every minute, as before issue 27, is not measured again: docs/scale.md has it)
-//   3. the memory on the node: every pod's working set from its cgroup (usage less inactive file
+//   2. the memory on the node: every pod's working set from its cgroup (usage less inactive file
 //      cache, as kubelet counts it), Knative's own pods and the hub functions' apart
-//   4. event-to-reconcile: an accepted ManagedCluster created until cluster-acceptor has set
+//   3. event-to-reconcile: an accepted ManagedCluster created until cluster-acceptor has set
 //      HubAccepted=True, from zero (cluster-acceptor with no pod left; SERVING_COLD_SAMPLES, 5) and
 //      warm (its pod up; SERVING_WARM_SAMPLES, 20)
-//   5. with N joined clusters (SERVING_SIZES, 20,200; simulated spokes as in the hub-cost bench, real
+//   4. with N joined clusters (SERVING_SIZES, 20,200; simulated spokes as in the hub-cost bench, real
 //      identities auto-approved, 60 s leases): the time until all are joined and Available, then
-//      pods per function and memory while the fleet only renews its leases. The clusters of phase 4
+//      pods per function and memory while the fleet only renews its leases. The clusters of phase 3
 //      stay (accepted, never joined), so each N has 25 more that are Unknown.
 // The autoscaler's windows are Knative's least (stable-window and scale-to-zero grace 6 s), so
-// phases 2 and 4 take minutes, not hours; with Knative's defaults (60 s and 30 s) a function stays up
+// phases 1 and 3 take minutes, not hours; with Knative's defaults (60 s and 30 s) a function stays up
 // about a minute and a half after its last event. SERVING_AUTOSCALER=key=value,... adds
 // config-autoscaler settings (e.g. target-burst-capacity=0, which takes the activator out of a warm
 // revision's path).

@@ -2,7 +2,6 @@
 // identity, workload (a Knative Service, or a Deployment and Service) and Trigger, fed by one Broker
 // from the hub's event relay (a ContainerSource that watches for every function, hands each its
 // observed state, ticks and holds rechecks).
-import type { ApiResource } from "../../shared/api/meta.ts";
 import { stringify } from "yaml";
 import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.ts";
 import { watchesOf } from "./definitions.ts";
@@ -47,16 +46,20 @@ export type HubOptions = CommonOptions & {
 // through its relay's watch, and every time a function waits for comes as its recheck. A quiet hub's
 // functions therefore sit at zero pods between ticks.
 export const HubResyncSecondsDefault = 1800;
+const resyncMs = (ticks: boolean, o: { resyncSeconds?: number }) => (ticks ? (o.resyncSeconds ?? HubResyncSecondsDefault) * 1000 : 0);
 
 type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 
 export const HubSourceName = "ocm-hub-relay";
 
 // A relay's identity: get, list and watch on exactly the watched resources.
-function sourceIdentity(ns: string, watches: readonly { resource: ApiResource }[], account: string): Manifest[] {
+function sourceIdentity(ns: string, sources: readonly { resource: { group?: string; plural: string } }[], account: string): Manifest[] {
   const role = `open-cluster-management:functions:${account}`;
   const byGroup = new Map<string, Set<string>>();
-  for (const { resource } of watches) byGroup.set(resource.group, (byGroup.get(resource.group) ?? new Set()).add(resource.plural));
+  for (const { resource } of sources) {
+    const group = resource.group ?? "";
+    byGroup.set(group, (byGroup.get(group) ?? new Set()).add(resource.plural));
+  }
   const rules = [...byGroup.entries()]
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ["get", "list", "watch"] }));
@@ -82,7 +85,7 @@ export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?
   return {
     clusters: { [cluster]: { inCluster: true } },
     sources: mergeWatches(watches).map((source) => ({ ...source, cluster })),
-    resync: { intervalMs: fn.ticks ? (o.resyncSeconds ?? HubResyncSecondsDefault) * 1000 : 0 },
+    resync: { intervalMs: resyncMs(fn.ticks, o) },
     // the state the function's watches ask to be handed with each event (shared/observed.ts)
     kSinkState: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
   };
@@ -90,8 +93,9 @@ export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?
 
 function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Manifest[] {
   const name = hubRelayName(f.name);
+  const config = hubRelayConfig(f, cluster, o);
   return [
-    ...sourceIdentity(ns, mergeWatches(watchesOf(f.name, f.env).watches), name),
+    ...sourceIdentity(ns, config.sources ?? [], name),
     {
       apiVersion: "sources.knative.dev/v1",
       kind: "ContainerSource",
@@ -104,7 +108,7 @@ function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Mani
               {
                 name: "relay",
                 image: imageOf(o, "relay"),
-                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(hubRelayConfig(f, cluster, o), { lineWidth: 0 }) }],
+                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(config, { lineWidth: 0 }) }],
                 resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
               },
             ],
@@ -130,15 +134,16 @@ export function hubSourceConfig(fns: readonly Deployed[], cluster: string, o: { 
       filters: f.deploy.subscriptions.map((s) => s.filters),
       state: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
     })),
-    resync: { intervalMs: fed.some((x) => x.fn.ticks) ? (o.resyncSeconds ?? HubResyncSecondsDefault) * 1000 : 0 },
+    resync: { intervalMs: resyncMs(fed.some((x) => x.fn.ticks), o) },
     rechecks: { port: RECHECKS_PORT },
   };
 }
 
 function hubSource(fns: readonly Deployed[], ns: string, cluster: string, brokerName: string, o: HubOptions): Manifest[] {
   const name = HubSourceName;
+  const config = hubSourceConfig(fns, cluster, o);
   return [
-    ...sourceIdentity(ns, mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches)), name),
+    ...sourceIdentity(ns, config.sources ?? [], name),
     {
       apiVersion: "sources.knative.dev/v1",
       kind: "ContainerSource",
@@ -153,7 +158,7 @@ function hubSource(fns: readonly Deployed[], ns: string, cluster: string, broker
                 name: "relay",
                 image: imageOf(o, "relay"),
                 // K_SINK (the Broker) is injected; each event names its cluster and its function itself
-                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(hubSourceConfig(fns, cluster, o), { lineWidth: 0 }) }],
+                env: [{ name: "OCM_RELAY_CONFIG", value: stringify(config, { lineWidth: 0 }) }],
                 ports: [{ name: "http", containerPort: RECHECKS_PORT }],
                 readinessProbe: { httpGet: { path: "/health/readiness", port: RECHECKS_PORT } },
                 resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },

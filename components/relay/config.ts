@@ -94,14 +94,19 @@ export const TargetSchema = z.object({
   filters: z.array(TriggerFilterSchema.refine((f) => Object.keys(f).length > 0, { error: "a target's filter names at least one attribute" })).min(1),
   state: StateSchema.optional(),
 });
-export type TargetConfig = z.infer<typeof TargetSchema>;
-export const targetSink = (t: TargetConfig, url: string): z.input<typeof SinkSchema> => ({
-  name: t.name,
-  url,
-  filters: [...t.filters, { type: RecheckDueType, [TargetExtension]: t.name }],
-  ...(t.state ? { state: t.state } : {}),
-  extensions: { [TargetExtension]: t.name },
-});
+// A configuration's kSinkTargets (unchecked, as read) as sinks, each at the URL urlOf gives its name (the
+// Broker's K_SINK in production; the function itself in dev/local/deployed.ts).
+export function targetSinks(input: unknown, urlOf: (name: string) => string): z.input<typeof SinkSchema>[] {
+  const targets = z.array(TargetSchema).safeParse(input);
+  if (!targets.success) throw new Error(`invalid relay configuration: kSinkTargets: ${z.prettifyError(targets.error)}`);
+  return targets.data.map((t) => ({
+    name: t.name,
+    url: urlOf(t.name),
+    filters: [...t.filters, { type: RecheckDueType, [TargetExtension]: t.name }],
+    ...(t.state ? { state: t.state } : {}),
+    extensions: { [TargetExtension]: t.name },
+  }));
+}
 
 export const BackoffSchema = z.object({
   initialMs: positiveMs.default(200),
@@ -231,9 +236,8 @@ export function agentSettingsCheckpoint(spokeCluster: string, agentNamespace: st
 // SinkBinding injects: K_SINK becomes a sink without a filter, K_CE_OVERRIDES adds its extensions.
 export function configFromEnvironment(text: string | undefined, env: NodeJS.ProcessEnv): RelayConfig {
   const doc = (text ? parse(text) : {}) as Record<string, unknown> & { sinks?: unknown[]; ceOverrides?: { extensions?: Record<string, string> }; kSinkTargets?: unknown };
-  const targets = z.array(TargetSchema).optional().safeParse(doc.kSinkTargets);
-  if (!targets.success) throw new Error(`invalid relay configuration: kSinkTargets: ${z.prettifyError(targets.error)}`);
-  const kSinks = !env.K_SINK ? [] : targets.data ? targets.data.map((t) => targetSink(t, env.K_SINK!)) : [{ name: "k-sink", url: env.K_SINK, ...(doc.kSinkState ? { state: doc.kSinkState } : {}) }];
+  const kSink = env.K_SINK;
+  const kSinks = !kSink ? [] : doc.kSinkTargets !== undefined ? targetSinks(doc.kSinkTargets, () => kSink) : [{ name: "k-sink", url: kSink, ...(doc.kSinkState ? { state: doc.kSinkState } : {}) }];
   const sinks = [...(doc.sinks ?? []), ...kSinks];
   let fromEnv: { extensions?: Record<string, string> } = {};
   try {

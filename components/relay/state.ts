@@ -179,9 +179,8 @@ export function outsideEveryScope(state: StateConfig, event: CloudEvent<unknown>
   const attrs = event as unknown as Record<string, unknown>;
   const cluster = String(attrs.cluster ?? "");
   const { group, kind } = kindOf(attrs);
-  const watches = state.watches.filter((w) => w.cluster === cluster && w.group === group && w.kind === kind);
-  if (!watches.length) return false;
-  return !watches.some((w) => inScope(w, change.current) || (change.previous !== undefined && inScope(w, change.previous)));
+  if (!state.watches.some((w) => w.cluster === cluster && w.group === group && w.kind === kind)) return false;
+  return !watchOf(state, cluster, attrs, change.current) && !(change.previous && watchOf(state, cluster, attrs, change.previous));
 }
 
 export function changedNothingWatched(state: StateConfig, event: CloudEvent<unknown>, change: { previous: KubeObject; current: KubeObject }): boolean {

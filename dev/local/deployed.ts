@@ -1,6 +1,6 @@
 // What `ocmf install hub` and `ocmf join` put on a cluster, run as Knative would run it but on a local
 // cluster without Knative's controllers: every Knative Service as its function bundle, every
-// ContainerSource and ApiServerSource as a relay bundle, every Deployment as its bundle, each a process
+// ContainerSource as a relay bundle, every Deployment as its bundle, each a process
 // under the identity of its ServiceAccount (a TokenRequest token in a kubeconfig, since no pod mounts
 // one), with the env its object gives, fed as its Broker and Triggers (or its sink) say. It reads the
 // objects from the cluster, so it runs what was applied, not what a render says.
@@ -15,7 +15,7 @@ import { partOfSelector } from "../../cli/render/index.ts";
 import { triggerFilters, type TriggerSpec } from "../../cli/render/objects.ts";
 import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/client.ts";
 import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
-import { RelayConfigSchema, targetSink, type RelayConfigInput } from "../../components/relay/config.ts";
+import { targetSinks, type RelayConfigInput } from "../../components/relay/config.ts";
 import { TargetExtension } from "../../shared/events.ts";
 
 export type DeployedOptions = {
@@ -42,19 +42,6 @@ type Ref = { apiVersion: string; kind: string; name: string };
 type KService = KubeObject & { spec: { template: { spec: PodSpec } } };
 type Trigger = KubeObject & { spec: TriggerSpec & { broker: string; subscriber: { ref: Ref } } };
 type ContainerSource = KubeObject & { spec: { template: { spec: PodSpec }; sink: { ref: Ref } } };
-type Selector = { matchLabels?: Record<string, string>; matchExpressions?: { key: string; operator: string; values?: string[] }[] };
-type ApiServerSource = KubeObject & {
-  spec: {
-    mode?: "Resource" | "Reference";
-    serviceAccountName?: string;
-    namespaceSelector?: Selector;
-    owner?: unknown;
-    resources: { apiVersion: string; kind: string; selector?: Selector }[];
-    ceOverrides?: { extensions?: Record<string, string> };
-    sink: { ref: Ref };
-  };
-};
-type PingSource = KubeObject & { spec: { schedule: string; sink: { ref: Ref } } };
 type Deployment = KubeObject & { spec: { template: { spec: PodSpec } } };
 
 const name = (o: KubeObject) => o.metadata.name!;
@@ -66,27 +53,6 @@ function envOf(c: Container, what: string): Record<string, string> {
     out[e.name] = e.value ?? "";
   }
   return out;
-}
-
-// Label selector text, as the API server's ?labelSelector= takes it.
-export function selectorText(s: Selector | undefined): string | undefined {
-  if (!s) return undefined;
-  const parts = Object.entries(s.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`);
-  for (const e of s.matchExpressions ?? []) {
-    if (e.operator === "Exists") parts.push(e.key);
-    else if (e.operator === "DoesNotExist") parts.push(`!${e.key}`);
-    else if (e.operator === "In" || e.operator === "NotIn") parts.push(`${e.key} ${e.operator.toLowerCase()} (${(e.values ?? []).join(",")})`);
-    else throw new Error(`selector operator ${e.operator}`);
-  }
-  return parts.length ? parts.join(",") : undefined;
-}
-
-// PingSource schedules as relay tick periods: every minute, or every N minutes.
-function periodMs(schedule: string): number {
-  if (schedule.trim() === "* * * * *") return 60_000;
-  const m = /^\*\/(\d+) \* \* \* \*$/.exec(schedule.trim());
-  if (m) return Number(m[1]) * 60_000;
-  throw new Error(`PingSource schedule ${schedule}: only "* * * * *" and "*/N * * * *" run locally`);
 }
 
 export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
@@ -160,10 +126,15 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       list<KService>("serving.knative.dev/v1", "Service"),
       list<Trigger>("eventing.knative.dev/v1", "Trigger"),
       list<ContainerSource>("sources.knative.dev/v1", "ContainerSource"),
-      list<ApiServerSource>("sources.knative.dev/v1", "ApiServerSource"),
-      list<PingSource>("sources.knative.dev/v1", "PingSource"),
+      list<KubeObject>("sources.knative.dev/v1", "ApiServerSource"),
+      list<KubeObject>("sources.knative.dev/v1", "PingSource"),
       list<Deployment>("apps/v1", "Deployment"),
     ]);
+
+    // What ocmf renders feeds every Broker from a relay (a ContainerSource); Knative's own adapters do
+    // not run here, and an object left unrun would be a silent gap.
+    const unrun = [...apiServerSources, ...pingSources].map((x) => `${x.kind ?? "source"} ${name(x)}`);
+    if (unrun.length) throw new Error(`${unrun.join(", ")}: ApiServerSources and PingSources do not run locally`);
 
     // Functions first: the relays need their URLs.
     await Promise.all(
@@ -243,35 +214,11 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       // Trigger names for it; other Broker sources fan out as the Triggers filter.
       if (config.kSinkTargets && cs.spec.sink.ref.kind === "Broker") {
         const broker = cs.spec.sink.ref.name;
-        config.sinks = [...config.sinks, ...RelayConfigSchema.shape.kSinkTargets.parse(config.kSinkTargets)!.map((t) => targetSink(t, targetUrl(broker, t.name)))];
+        config.sinks = [...config.sinks, ...targetSinks(config.kSinkTargets, (target) => targetUrl(broker, target))];
         delete config.kSinkTargets;
       } else if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
       if (config.rechecks) config.rechecks = { ...config.rechecks, host: "127.0.0.1", port: rechecks.get(name(cs))! };
       start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
-    }
-
-    for (const src of apiServerSources) {
-      if (src.spec.owner !== undefined) throw new Error(`ApiServerSource ${name(src)}: owner filters do not run locally`);
-      if (selectorText(src.spec.namespaceSelector)) throw new Error(`ApiServerSource ${name(src)}: a namespace selector other than all namespaces does not run locally`);
-      const cluster = src.spec.ceOverrides?.extensions?.cluster ?? o.cluster.name;
-      const file = await identity(src.spec.serviceAccountName ?? "default", join(dirFor(name(src)), "identity.kubeconfig"));
-      const sink = sinkOf(src.spec.sink.ref);
-      // its PingSource's ticks, when one feeds the same sink, come from the same relay
-      const ping = pingSources.find((p) => p.spec.sink.ref.kind === src.spec.sink.ref.kind && p.spec.sink.ref.name === src.spec.sink.ref.name);
-      const config: RelayConfigInput = {
-        clusters: { [cluster]: { kubeconfigFile: file } },
-        sources: await Promise.all(
-          src.spec.resources.map(async (r) => {
-            const selector = selectorText(r.selector);
-            return { cluster, resource: { ...(await discovery.resourceOf(r)) }, mode: src.spec.mode ?? "Reference", ...(selector ? { labelSelector: selector } : {}) };
-          }),
-        ),
-        sinks: "sinks" in sink ? sink.sinks : [],
-        ceOverrides: { extensions: src.spec.ceOverrides?.extensions ?? {} },
-        resync: ping ? { intervalMs: periodMs(ping.spec.schedule), source: `/apis/v1/namespaces/${o.namespace}/pingsources/${name(ping)}` } : { intervalMs: 0 },
-      };
-      // Knative runs its receive adapter; the relay delivers the same events (docs/relay.md)
-      start(name(src), join(o.dist, "components", "relay.js"), { OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(src)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
     for (const d of deployments) {
