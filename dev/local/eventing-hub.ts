@@ -202,7 +202,15 @@ export async function startEventingHub(
 
     const deliveries: Delivery[] = [];
     const recorder = await startRecorder(node.address, deliveries);
-    undo.push(() => new Promise<void>((resolve) => recorder.server.close(() => resolve())));
+    // The Broker goes on delivering while the harness stops (a relay ticking every few seconds keeps its
+    // keep-alive connections busy), so close() alone may wait for as long as it runs: end them too.
+    undo.push(
+      () =>
+        new Promise<void>((resolve) => {
+          recorder.server.close(() => resolve());
+          recorder.server.closeAllConnections();
+        }),
+    );
 
     let bootstrapKubeconfig = join(work, "bootstrap.kubeconfig");
     let env: Record<string, string> = {};
