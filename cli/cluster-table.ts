@@ -3,6 +3,7 @@ import { ManagedClusterResource, ManagedClusterConditionType, type ManagedCluste
 import { findCondition } from "../shared/conditions.ts";
 import { ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
+import { ClusterProfileResource, ClusterProfileConditionType, ClusterManagerName, type ClusterProfile } from "../shared/api/inventory.ts";
 import { again } from "./transient.ts";
 
 export async function clusterTable(hub: KubeClient, now = new Date()): Promise<string> {
@@ -49,6 +50,24 @@ export async function addonTable(hub: KubeClient): Promise<string> {
   const status = (a: (typeof items)[number], t: string) => a.status?.conditions?.find((c) => c.type === t)?.status ?? "";
   const rows = items.map((a) => [a.metadata.namespace ?? "", a.metadata.name ?? "", status(a, "Available"), status(a, "Degraded"), status(a, "Progressing")]);
   return table(["NAMESPACE", "NAME", "AVAILABLE", "DEGRADED", "PROGRESSING"], rows);
+}
+
+// The ClusterProfiles the hub publishes (cluster-profiles), in every namespace or one: where each cluster is
+// published, how healthy it is, and the API server its access provider points at.
+export async function profileTable(hub: KubeClient, o: { namespace?: string } = {}, now = new Date()): Promise<string> {
+  const { items } = await again(() => hub.list<ClusterProfile>(ClusterProfileResource, o.namespace ? { namespace: o.namespace } : {}));
+  if (!items.length) return "";
+  const rows = items.map((p) => [
+    p.metadata.namespace ?? "",
+    p.metadata.name,
+    p.spec?.clusterManager?.name ?? "",
+    findCondition(p.status?.conditions, ClusterProfileConditionType.ControlPlaneHealthy)?.status ?? "",
+    findCondition(p.status?.conditions, ClusterProfileConditionType.Joined)?.status ?? "",
+    p.status?.version?.kubernetes ?? "",
+    p.status?.accessProviders?.find((a) => a.name === ClusterManagerName)?.cluster?.server ?? "",
+    age(now.getTime() - Date.parse(String(p.metadata.creationTimestamp ?? now.toISOString()))),
+  ]);
+  return table(["NAMESPACE", "NAME", "MANAGER", "HEALTHY", "JOINED", "VERSION", "SERVER", "AGE"], rows);
 }
 
 function table(header: string[], rows: string[][]): string {

@@ -133,6 +133,16 @@ export const commands: Registration[] = [
 
   (ocmf, cli) =>
     get(ocmf)
+      .command("clusterprofiles")
+      .description("the ClusterProfiles (multicluster.x-k8s.io) published in each namespace a cluster set is bound to: health, version and API server")
+      .option("-n, --namespace <namespace>", "only this namespace's")
+      .action(async (o: { namespace?: string }) => {
+        const { profileTable } = await import("./cluster-table.ts");
+        cli.print((await profileTable(await cli.hub(), o)) || `No ClusterProfiles${o.namespace ? ` in ${o.namespace}` : ""}: bind a ManagedClusterSet to a namespace (a ManagedClusterSetBinding) to publish its clusters there.`);
+      }),
+
+  (ocmf, cli) =>
+    get(ocmf)
       .command("addons")
       .description("the ManagedClusterAddOns of every cluster and their conditions")
       .action(async () => {

@@ -51,7 +51,8 @@ describe("help", () => {
   const commands = [
     { command: [], flags: ["--kubeconfig", "accept", "get", "addon", "sidecar", "render", "install", "join", "token", "uninstall"] },
     { command: ["accept"], flags: ["--clusters", "--requesters", "--csr", "--kubeconfig"] },
-    { command: ["get"], flags: ["clusters", "addons"] },
+    { command: ["get"], flags: ["clusters", "addons", "clusterprofiles"] },
+    { command: ["get", "clusterprofiles"], flags: ["--namespace", "--kubeconfig"] },
     { command: ["get", "clusters"], flags: ["--kubeconfig"] },
     { command: ["get", "addons"], flags: ["--kubeconfig"] },
     { command: ["addon", "enable"], flags: ["--names", "--clusters", "--namespace", "--kubeconfig"] },

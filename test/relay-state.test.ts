@@ -5,7 +5,7 @@
 // outside every scope the function watches.
 import { describe, it, expect } from "vitest";
 import { CloudEvent } from "cloudevents";
-import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, observedFor, outsideEveryScope, type Cache } from "../components/relay/state.ts";
+import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, narrows, observedFor, outsideEveryScope, type Cache } from "../components/relay/state.ts";
 import { ManagedClusterResource, ManagedClusterSetResource } from "../shared/api/cluster.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import type { StateConfig } from "../components/relay/config.ts";
@@ -49,6 +49,35 @@ describe("the lists a relay hands with one event", () => {
     const observed = handedFor(clusters);
     expect(observed.lists).toEqual([]);
     expect(observed.objects.map((o) => o.name)).toEqual(["team"]);
+  });
+});
+
+describe("a related list narrower than the cache's selector", () => {
+  const manager = "x-k8s.io/cluster-manager=open-cluster-management";
+  const profiles = { group: "multicluster.x-k8s.io", version: "v1alpha1", kind: "ClusterProfile", plural: "clusterprofiles", namespaced: true } as const;
+  // cluster-profiles' shape: a cluster's event hands that cluster's profiles, from a cache of every profile we publish
+  const narrowState: StateConfig = {
+    watches: [{ cluster: HUB, group, kind: ManagedClusterResource.kind, related: [{ group: profiles.group, kind: profiles.kind, labelSelector: `${manager},open-cluster-management.io/cluster-name={name}` }], onTick: false }],
+  };
+  const clusterEvent = new CloudEvent({ id: "e2", source: "test", type: "dev.knative.apiserver.resource.update", cluster: HUB, apiversion: `${group}/v1`, kind: ManagedClusterResource.kind, name: "c1", namespace: "", data: { metadata: { name: "c1" } } });
+  const profile = (ns: string, name: string): KubeObject => ({ metadata: { name, namespace: ns, resourceVersion: "1", labels: { "x-k8s.io/cluster-manager": "open-cluster-management", "open-cluster-management.io/cluster-name": name } } });
+  const handed = (cacheSelector: string | undefined) => {
+    const caches = (_c: string, _g: string, kind: string) =>
+      kind === profiles.kind ? { ...cacheOf(profiles, [profile("a", "c1"), profile("b", "c1"), profile("a", "c2")]), ...(cacheSelector ? { labelSelector: cacheSelector } : {}) } : cacheOf(ManagedClusterResource, [{ metadata: { name: "c1", resourceVersion: "1" } }]);
+    const observed = observedFor(narrowState, caches, clusterEvent as CloudEvent<unknown>);
+    if (!observed || observed === "unrelated") throw new Error(`nothing handed: ${String(observed)}`);
+    return observed.lists.map((l) => [l.labelSelector, l.items.map((i) => `${i.metadata.namespace}/${i.metadata.name}`)]);
+  };
+
+  it("is handed from a cache whose selector is the list's with fewer terms, holding only what the list selects", () => {
+    expect(handed(manager)).toEqual([[`${manager},open-cluster-management.io/cluster-name=c1`, ["a/c1", "b/c1"]]]);
+  });
+
+  it("is not handed from a cache selected by a term the list does not have, nor by a set-based selector", () => {
+    expect(handed("example.com/other=x")).toEqual([]);
+    expect(narrows("a=1,b in (x,y)", "b in (x,y)")).toBe(false);
+    expect(narrows("a=1,b=2", "b=2")).toBe(true);
+    expect(narrows(undefined, "b=2")).toBe(false);
   });
 });
 

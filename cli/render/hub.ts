@@ -52,20 +52,24 @@ type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 
 export const HubSourceName = "ocm-hub-relay";
 
-// A relay's identity: get, list and watch on exactly the watched resources.
-function sourceIdentity(ns: string, sources: readonly { resource: { group?: string; plural: string } }[], account: string): Manifest[] {
-  const role = `open-cluster-management:functions:${account}`;
+// A relay's rules: get, list and watch on exactly the watched resources.
+function watchRules(sources: readonly { resource: { group?: string; plural: string } }[]) {
   const byGroup = new Map<string, Set<string>>();
   for (const { resource } of sources) {
     const group = resource.group ?? "";
     byGroup.set(group, (byGroup.get(group) ?? new Set()).add(resource.plural));
   }
-  const rules = [...byGroup.entries()]
+  return [...byGroup.entries()]
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ["get", "list", "watch"] }));
+}
+
+// A relay's identity: a ServiceAccount whose ClusterRole holds its watchRules.
+function sourceIdentity(ns: string, sources: readonly { resource: { group?: string; plural: string } }[], account: string): Manifest[] {
+  const role = `open-cluster-management:functions:${account}`;
   return [
     { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: account, namespace: ns } },
-    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: role }, rules },
+    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: role }, rules: watchRules(sources) },
     {
       apiVersion: "rbac.authorization.k8s.io/v1",
       kind: "ClusterRoleBinding",
@@ -77,6 +81,16 @@ function sourceIdentity(ns: string, sources: readonly { resource: { group?: stri
 }
 
 export const hubRelayName = (fn: string) => `ocm-hub-relay-${fn}`;
+
+// The ClusterRole of the one relay local mode runs on the hub (dev/local/fleet.ts): what every hub
+// function watches there, as the Broker's source gets, so a new function's kinds need no file edited.
+export const LocalHubRelayIdentity = "relay-hub";
+export function localHubRelayRole(cluster = "hub"): Manifest {
+  const watches = readFunctions()
+    .filter((f) => f.side === "hub")
+    .flatMap((f) => watchesOf(f.name, functionEnv(f, {})).watches.filter((w) => w.cluster === cluster));
+  return { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: `open-cluster-management:functions:${LocalHubRelayIdentity}` }, rules: watchRules(mergeWatches(watches)) };
+}
 
 // The relay's configuration for one relay-fed function: the function's watches on the hub, named as its
 // events must name the cluster, ticks only if it subscribes to them; K_SINK (the function) is injected.

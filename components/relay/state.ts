@@ -77,9 +77,19 @@ function sizeOf(o: KubeObject): number {
   return n;
 }
 
+// Whether every object `scope` selects is one `cache` selects: its selector is the cache's with more
+// terms (a selector's comma-separated terms must all hold). Set-based terms, whose values hold commas
+// too, are compared only as the same whole selector.
+export function narrows(scope: string | undefined, cache: string | undefined): boolean {
+  if (!cache || cache === scope) return true;
+  if (!scope || /[()]/.test(cache) || /[()]/.test(scope)) return false;
+  const terms = new Set(scope.split(",").map((t) => t.trim()));
+  return cache.split(",").every((t) => terms.has(t.trim()));
+}
+
 // The objects in a cache that `scope` selects, if the cache holds all of them and they fit the budget.
 function listOf(cluster: string, c: Cache, scope: { namespace?: string; labelSelector?: string }, budget: Budget): HandedList | undefined {
-  const complete = !c.fieldSelector && (!c.labelSelector || c.labelSelector === scope.labelSelector) && (c.namespace === undefined || c.namespace === scope.namespace);
+  const complete = !c.fieldSelector && narrows(scope.labelSelector, c.labelSelector) && (c.namespace === undefined || c.namespace === scope.namespace);
   if (!complete) return undefined;
   const selected = c.objects().filter((o) => inScope(scope, o));
   const bytes = selected.reduce((sum, o) => sum + sizeOf(o), 0);

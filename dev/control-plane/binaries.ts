@@ -67,6 +67,8 @@ export function findOcm(needed: readonly OcmProgram[] = ocmPrograms): Partial<Oc
 export const ocmApiModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/api");
 // The same for open-cluster-management.io/ocm itself (its hub manifests: the add-on manager's ClusterRole).
 export const ocmModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/ocm");
+// The same for SIG-Multicluster's Cluster Inventory API (its ClusterProfile CRD), at the version OCM builds with.
+export const inventoryApiModuleDir = () => toolsOcmModuleDir("sigs.k8s.io/cluster-inventory-api");
 
 function toolsOcmModuleDir(module: string): string {
   const out = execFileSync("go", ["mod", "download", "-json", module], {

@@ -1,7 +1,8 @@
 // Least-privilege identities on local clusters, bound to a user named after what they are for, with a
 // client certificate from the cluster's CA. A function's roles come from its definition, as `ocmf render`
-// makes them (cli/render/rbac.ts, with func.yaml's default settings); a component's (relay, heartbeat)
-// from manifests/rbac/<name>.yaml.
+// makes them (cli/render/rbac.ts, with func.yaml's default settings); the local hub relay's from what the
+// hub functions watch (cli/render/hub.ts); another component's (spoke relay, heartbeat) from
+// manifests/rbac/<name>.yaml.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
@@ -12,6 +13,7 @@ import { readFunctions } from "../../cli/render/func-yaml.ts";
 import { functionEnv } from "../../cli/render/objects.ts";
 import { deployedRoles } from "../../cli/render/rbac.ts";
 import { spokeEnvValues } from "../../cli/render/spoke.ts";
+import { LocalHubRelayIdentity, localHubRelayRole } from "../../cli/render/hub.ts";
 import type { LocalCluster } from "./clusters.ts";
 
 const rbacDir = join(import.meta.dirname, "..", "..", "manifests", "rbac");
@@ -21,6 +23,7 @@ type RoleDoc = KubeObject & { rules?: unknown };
 export function rolesOf(name: string, rbacFile?: string): RoleDoc[] {
   const file = rbacFile ?? join(rbacDir, `${name}.yaml`);
   if (rbacFile || existsSync(file)) return parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJS() as RoleDoc);
+  if (name === LocalHubRelayIdentity) return [localHubRelayRole() as RoleDoc];
   const f = readFunctions().find((f) => f.name === name);
   if (!f) throw new Error(`no function or component named ${name}: no functions/${name}/ and no manifests/rbac/${name}.yaml`);
   return deployedRoles({ name, env: functionEnv(f, f.side === "spoke" ? spokeEnvValues({}) : {}) }) as RoleDoc[];

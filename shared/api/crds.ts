@@ -33,6 +33,7 @@ import {
   PlacementDecisionSchema,
   PlacementSchema,
 } from "./cluster.ts";
+import { ClusterProfileResource, ClusterProfileSchema, InventoryGroup } from "./inventory.ts";
 import { type CustomResourceDefinition, type KindDescription, type PrinterColumn, toCrd } from "./crd.ts";
 import {
   AppliedManifestWorkResource,
@@ -56,8 +57,8 @@ const addOnHealthColumns = [
 ];
 const displayNameColumn: PrinterColumn = { name: "DISPLAY NAME", type: "string", jsonPath: ".spec.addOnMeta.displayName" };
 
-// Names, versions and printer columns follow OCM's published CRDs (checked by test/api/crd-conformance.test.ts);
-// the kinds of our own group come last.
+// Names, versions and printer columns follow OCM's published CRDs and, for ClusterProfile, the Cluster
+// Inventory API's (checked by test/api/crd-conformance.test.ts); the kinds of our own group come last.
 //
 // One difference from OCM: OCM serves v1beta1 of ClusterManagementAddOn and ManagedClusterAddOn through its
 // conversion webhook; we have none, so the API server would hand out the stored v1alpha1 object pruned to
@@ -263,6 +264,14 @@ export const kinds: readonly KindDescription[] = [
     versions: [
       { name: "v1", served: true, storage: true, schema: AppliedManifestWorkSchema, subresources: status },
     ],
+  },
+  {
+    group: InventoryGroup,
+    kind: ClusterProfileResource.kind,
+    plural: ClusterProfileResource.plural,
+    singular: "clusterprofile",
+    scope: "Namespaced",
+    versions: [{ name: "v1alpha1", served: true, storage: true, schema: ClusterProfileSchema, subresources: status }],
   },
   {
     group: AgentConfigGroup,

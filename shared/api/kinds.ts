@@ -5,8 +5,9 @@ import * as cluster from "./cluster.ts";
 import * as addon from "./addon.ts";
 import * as work from "./work.ts";
 import * as agentConfig from "./agent-config.ts";
+import * as inventory from "./inventory.ts";
 
-const all: ApiResource[] = [kube, cluster, addon, work, agentConfig].flatMap((m) =>
+const all: ApiResource[] = [kube, cluster, addon, work, agentConfig, inventory].flatMap((m) =>
   Object.entries(m)
     .filter(([name]) => name.endsWith("Resource"))
     .map(([, r]) => r as ApiResource),

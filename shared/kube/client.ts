@@ -204,9 +204,11 @@ export class KubeClient {
     return this.request<T>("PATCH", path, patch, CONTENT_TYPES[o.type ?? "merge"]);
   }
 
-  // false when it was already gone.
-  async delete(r: ApiResource, name: string, namespace?: string, o: { propagationPolicy?: "Foreground" | "Background" | "Orphan"; uid?: string } = {}): Promise<boolean> {
-    const body = { kind: "DeleteOptions", apiVersion: "v1", propagationPolicy: o.propagationPolicy, ...(o.uid ? { preconditions: { uid: o.uid } } : {}) };
+  // false when it was already gone. `uid` and `resourceVersion` are preconditions: another object of the
+  // name, or a change since the one judged, answers 409.
+  async delete(r: ApiResource, name: string, namespace?: string, o: { propagationPolicy?: "Foreground" | "Background" | "Orphan"; uid?: string; resourceVersion?: string } = {}): Promise<boolean> {
+    const preconditions = { ...(o.uid ? { uid: o.uid } : {}), ...(o.resourceVersion ? { resourceVersion: o.resourceVersion } : {}) };
+    const body = { kind: "DeleteOptions", apiVersion: "v1", propagationPolicy: o.propagationPolicy, ...(Object.keys(preconditions).length > 0 ? { preconditions } : {}) };
     try {
       await this.request("DELETE", resourcePath(r, { name, namespace }), body);
       return true;

@@ -8,6 +8,7 @@ import { parse } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
 import { crds as served, unconvertible } from "../../shared/api/crds.ts";
 import { appliedRecord, manifestStatuses } from "../../functions/work-applier/status.ts";
+import { inventoryApiModuleDir } from "../../dev/control-plane/binaries.ts";
 
 const ocmApiModule = "open-cluster-management.io/api@v1.3.0";
 
@@ -216,6 +217,55 @@ describe("CRDs conform to OCM's published open-cluster-management.io/api v1.3.0"
     expect(problems).toEqual([
       "ManagedCluster/v1.spec.hubAcceptsClient: missing",
       'ManagedCluster/v1.spec.taints[].effect: enum is ["NoSelect"], OCM has ["NoSelect","PreferNoSelect","NoSelectIfNew"]',
+    ]);
+  });
+});
+
+// Every path of the Cluster Inventory API's schema with the validation keywords a write is refused by,
+// beyond those compareSchemas checks: a status we write must pass the API's own CRD, and theirs ours.
+function validationProblems(theirs: Node, ours: Node | undefined, path: string): string[] {
+  if (!ours) return [`${path}: missing`];
+  const problems: string[] = [];
+  const rules = (v: unknown) => ((v as { rule: string; message?: string }[] | undefined) ?? []).map((r) => ({ rule: r.rule, message: r.message }));
+  // zod writes a regex's "/" as "\/"; both mean "/" to the API server's RE2
+  const pattern = (v: unknown) => (typeof v === "string" ? v.replaceAll("\\/", "/") : v);
+  for (const key of ["minLength", "maxLength", "pattern", "minimum", "maximum", "maxItems"])
+    if (!same(key === "pattern" ? pattern(theirs[key]) : theirs[key], key === "pattern" ? pattern(ours[key]) : ours[key])) problems.push(`${path}: ${key} is ${JSON.stringify(ours[key])}, the API has ${JSON.stringify(theirs[key])}`);
+  if (!same(rules(theirs["x-kubernetes-validations"]), rules(ours["x-kubernetes-validations"])))
+    problems.push(`${path}: x-kubernetes-validations are ${JSON.stringify(rules(ours["x-kubernetes-validations"]))}, the API has ${JSON.stringify(rules(theirs["x-kubernetes-validations"]))}`);
+  const ourProps = (ours["properties"] ?? {}) as Record<string, Node>;
+  for (const [name, child] of Object.entries((theirs["properties"] ?? {}) as Record<string, Node>)) problems.push(...validationProblems(child, ourProps[name], `${path}.${name}`));
+  if (theirs["items"]) problems.push(...validationProblems(theirs["items"] as Node, ours["items"] as Node | undefined, `${path}[]`));
+  return problems;
+}
+
+describe("the ClusterProfile CRD conforms to the Cluster Inventory API's (sigs.k8s.io/cluster-inventory-api, the version OCM v1.2.0 builds with)", () => {
+  let theirs: Crd;
+  const ours = served.find((c) => c.spec.names.kind === "ClusterProfile") as unknown as Crd;
+  beforeAll(() => {
+    const dir = join(inventoryApiModuleDir(), "config", "crd", "bases");
+    theirs = parse(readFileSync(join(dir, "multicluster.x-k8s.io_clusterprofiles.yaml"), "utf8")) as Crd;
+  });
+
+  it("matches names, versions, subresources, printer columns and every schema path", () => {
+    expect(compareCrds(theirs, ours)).toEqual([]);
+  });
+
+  it("refuses what the API's CRD refuses: the same lengths, patterns and CEL rules on every path", () => {
+    const schema = (c: Crd) => c.spec.versions[0]!.schema.openAPIV3Schema;
+    expect(validationProblems(schema(theirs), schema(ours), "ClusterProfile/v1alpha1")).toEqual([]);
+  });
+
+  it("reports a dropped CEL rule and a changed length by path", () => {
+    const broken = structuredClone(ours);
+    const props = (n: Node) => n["properties"] as Record<string, Node>;
+    const spec = props(broken.spec.versions[0]!.schema.openAPIV3Schema)["spec"]!;
+    delete props(spec)["clusterManager"]!["x-kubernetes-validations"];
+    const status = props(broken.spec.versions[0]!.schema.openAPIV3Schema)["status"]!;
+    props(props(status)["properties"]!["items"] as Node)["value"]!["maxLength"] = 2048;
+    expect(validationProblems(theirs.spec.versions[0]!.schema.openAPIV3Schema, broken.spec.versions[0]!.schema.openAPIV3Schema, "P")).toEqual([
+      'P.spec.clusterManager: x-kubernetes-validations are [], the API has [{"rule":"self == oldSelf","message":"ClusterManager is immutable"}]',
+      "P.status.properties[].value: maxLength is 2048, the API has 1024",
     ]);
   });
 });

@@ -17,6 +17,7 @@ import { crds } from "../../shared/api/crds.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import * as work from "../../shared/api/work.ts";
 import * as agentConfig from "../../shared/api/agent-config.ts";
+import * as inventory from "../../shared/api/inventory.ts";
 import { ManifestWorkSchema } from "../../shared/api/work.ts";
 
 const managedCluster = {
@@ -148,7 +149,7 @@ describe("constants", () => {
 });
 
 describe("API coordinates", () => {
-  const resources = Object.entries({ ...cluster, ...addon, ...work, ...agentConfig })
+  const resources = Object.entries({ ...cluster, ...addon, ...work, ...agentConfig, ...inventory })
     .filter(([name]) => name.endsWith("Resource"))
     .map(([name, value]) => ({ name, resource: value as ApiResource }));
 
