@@ -20,6 +20,7 @@ import type { KubeObject } from "../shared/kube/client.ts";
 import { DeploymentResource, NamespaceResource, PodResource } from "../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterConditionType, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, PlacementDecisionResource, PlacementResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { HubSourceName } from "../cli/render/hub.ts";
+import { readFunctions } from "../cli/render/func-yaml.ts";
 import { RecheckDueType, RecheckType, TargetExtension } from "../shared/events.ts";
 import { rfc3339 } from "../shared/clock.ts";
 import { AgentNamespaceDefault } from "../shared/api/registration.ts";
@@ -75,7 +76,7 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
     );
     const { items: knative } = await env.hubAdmin.list<Pod>(PodResource, { namespace: EventingNamespace });
     expect(knative.filter(ready).map((p) => p.spec.containers[0]!.image).every((i) => i.startsWith("dev.local/knative-eventing/") && i.endsWith(`:${env.eventing.version}`))).toBe(true);
-    expect(env.functions.length).toBe(11);
+    expect(env.functions.length).toBe(readFunctions().filter((f) => f.side === "hub").length);
     for (const fn of env.functions) {
       const pods = (await podsOf(fn)).filter(ready);
       expect(pods.length, fn).toBe(1);

@@ -26,6 +26,7 @@ import { HubRbacName } from "../shared/api/register.ts";
 import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type Secret } from "../shared/hub-credentials.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { KubeError } from "../shared/kube/errors.ts";
+import { readFunctions } from "../cli/render/func-yaml.ts";
 import { eventually } from "./support/eventually.ts";
 
 const CLUSTER = "edge1";
@@ -269,8 +270,8 @@ describe("install, join, accept, uninstall", () => {
     deployed.push(await runDeployed({ cluster: hub, namespace: HubNamespaceDefault, dist, runDir: join(work, "run-hub") }));
     spokeRun = await runDeployed({ cluster: spoke, namespace: AgentNamespaceDefault, dist, runDir: join(work, "run-spoke") });
     deployed.push(spokeRun);
-    expect([...deployed[0]!.functions.keys()].length).toBe(11);
-    expect([...spokeRun.functions.keys()].length).toBe(6);
+    expect([...deployed[0]!.functions.keys()].length).toBe(readFunctions().filter((f) => f.side === "hub").length);
+    expect([...spokeRun.functions.keys()].length).toBe(readFunctions().filter((f) => f.side === "spoke").length);
 
     await eventually(async () => expect(await hubAdmin.get(ManagedClusterResource, CLUSTER)).toBeDefined(), { timeoutMs: 60_000 });
     const accept = await eventually(

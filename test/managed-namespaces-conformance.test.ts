@@ -5,13 +5,12 @@
 // in the same steps. After each step every cluster's status.managedNamespaces must be the same on both
 // hubs, and what the step expects. Ours is called with the events each change makes, under its own RBAC.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { parse } from "yaml";
-import { findOcm, ocmApiModuleDir } from "../dev/control-plane/binaries.ts";
+import { findOcm } from "../dev/control-plane/binaries.ts";
 import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { logTail, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
-import { startOcmHubProgram } from "./support/ocm-programs.ts";
+import { ocmOwnCrds, startOcmHubProgram } from "./support/ocm-programs.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { NamespaceResource } from "../shared/api/kube.ts";
 import { applyManifests } from "../shared/apply.ts";
@@ -53,19 +52,6 @@ afterAll(async () => {
   ours?.close();
   await Promise.all([ocmPlanes?.stop(), ourPlanes?.stop()]);
 });
-
-// OCM's CRDs as its module publishes them; of a kind shipped twice, the file with the most versions
-// (the one its operator installs).
-function ocmOwnCrds(): object[] {
-  const dir = ocmApiModuleDir();
-  const byKind = new Map<string, { spec: { names: { kind: string }; versions: unknown[] } }>();
-  for (const file of readdirSync(dir, { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".crd.yaml"))) {
-    const crd = parse(readFileSync(join(dir, file), "utf8")) as { spec: { names: { kind: string }; versions: unknown[] } };
-    const seen = byKind.get(crd.spec.names.kind);
-    if (!seen || seen.spec.versions.length < crd.spec.versions.length) byKind.set(crd.spec.names.kind, crd);
-  }
-  return [...byKind.values()];
-}
 
 function controllerAlive(): void {
   if (controller && controller.child.exitCode !== null) throw new Error(`OCM's registration controller exited with ${controller.child.exitCode}:\n${logTail(controller)}`);

@@ -160,14 +160,15 @@ export function profileStatus(profile: ClusterProfile, cluster: ManagedCluster, 
   const provider = accessProvider(cluster);
   const others = (before.accessProviders ?? []).filter((p) => p.name !== ClusterManagerName);
   const accessProviders = provider ? [...others, provider] : others;
+  // an empty list is left out, as OCM's Go types write it (omitempty, or a nil list the API server drops)
   const status: NonNullable<ClusterProfile["status"]> = {
     ...before,
     conditions,
     version: cluster.status?.version?.kubernetes ? { kubernetes: cluster.status.version.kubernetes } : {},
     properties: properties(cluster, log),
-    ...(accessProviders.length > 0 ? { accessProviders } : {}),
+    accessProviders,
   };
-  if (accessProviders.length === 0) delete status.accessProviders;
+  for (const list of ["conditions", "properties", "accessProviders"] as const) if (status[list]?.length === 0) delete status[list];
   return isDeepStrictEqual(status, before) ? before : status;
 }
 
