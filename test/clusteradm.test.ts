@@ -34,6 +34,8 @@ import {
 import { ClusterManagementAddOnV1alpha1Resource, ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import { ManifestWorkResource, type ManifestWork } from "../shared/api/work.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
+import { ClusterProfileResource, type ClusterProfile } from "../shared/api/inventory.ts";
+import { request as httpsRequest } from "node:https";
 import { eventually } from "./support/eventually.ts";
 
 // Starting three control planes and the functions takes up to a few minutes on a loaded 2-core machine;
@@ -204,7 +206,19 @@ describe("clusteradm against our hub", { timeout: TEST_MS }, () => {
     expect((await ok("get", "clusters", "--clusterset", "default", "-o", "table")).split("\n").filter((l) => SPOKES.some((s) => l.startsWith(`${s} `)))).toHaveLength(2);
   });
 
-  it("create clusterset and clusterset bind make a set and a bound binding; a placement on that set decides on the cluster put in it", async () => {
+// The status code of GET url, the server verified against `caData` (base64 PEM) alone.
+function verifiedStatus(url: string, caData: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(url, { ca: Buffer.from(caData, "base64").toString("utf8"), timeout: 10_000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+  it("create clusterset and clusterset bind make a set and a bound binding; a placement on that set decides on the cluster put in it, and the cluster is published there as a ClusterProfile whose access provider reaches its API server, verified by its CA; moved out, the profile goes", async () => {
     const set = "clusteradm-e2e";
     const ns = "clusteradm-sets";
     expect(await ok("create", "clusterset", set)).toBe(`Clusterset ${set} is created\n`);
@@ -232,11 +246,23 @@ describe("clusteradm against our hub", { timeout: TEST_MS }, () => {
       }, WAIT);
       expect(await ok("create", "placement", "in-set", "--namespace", ns, "--clustersets", set)).toBe(`Placement 'in-set' has been created in '${ns}' namespace\n`);
       await eventually(async () => expect(await decided(ns, "in-set")).toEqual(["cluster2"]), WAIT);
+      const profile = await eventually(async () => {
+        const { items } = await hub().list<ClusterProfile>(ClusterProfileResource, { namespace: ns });
+        expect(items.map((p) => [p.metadata.name, p.metadata.labels?.["multicluster.x-k8s.io/clusterset"]])).toEqual([["cluster2", set]]);
+        expect(items[0]!.status?.accessProviders?.length).toBe(1);
+        return items[0]!;
+      }, WAIT);
+      const provider = profile.status!.accessProviders![0]!;
+      expect(provider.name).toBe("open-cluster-management");
+      expect(provider.cluster?.server).toBe((await cluster("cluster2"))?.spec?.managedClusterClientConfigs?.[0]?.url);
+      // anonymous: the spoke's API server answers, over TLS verified by the profile's CA alone
+      expect([200, 401, 403]).toContain(await verifiedStatus(`${provider.cluster!.server}/livez`, provider.cluster!["certificate-authority-data"]!));
     } finally {
       // back to default for the other tests
       await run("clusterset", "set", "default", "--clusters", "cluster2");
     }
     await eventually(async () => expect((await cluster("cluster2"))?.metadata.labels?.[ClusterLabel.ClusterSet]).toBe("default"), WAIT);
+    await eventually(async () => expect((await hub().list(ClusterProfileResource, { namespace: ns })).items).toEqual([]), WAIT);
   });
 
   it("create placement with a label selector or a number of clusters gets PlacementDecisions naming the clusters it selects", async () => {

@@ -5,7 +5,7 @@
 // every event judged from the state handed with it.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { KubeClient } from "../../shared/kube/client.ts";
-import { NamespaceResource } from "../../shared/api/kube.ts";
+import { ClusterRoleResource, NamespaceResource, RoleBindingResource, RoleResource } from "../../shared/api/kube.ts";
 import {
   ClusterLabel,
   ClusterSetBindingReason,
@@ -281,6 +281,58 @@ describe("profiles go with their cluster, binding or set", () => {
     await admin.delete(ManagedClusterSetBindingResource, set, namespace);
     await deliver(tickEvent());
     expect(await readProfile(namespace, c.metadata.name)).toMatchObject({ metadata: { resourceVersion: before.metadata.resourceVersion }, spec: { displayName: "theirs" } });
+  });
+});
+
+// A consumer (MultiKueue, Argo CD) with the rights a namespace's owner would give it: bindings and
+// profiles in its own namespace, and the right to bind one set.
+async function consumer(namespace: string, mayBind: string): Promise<KubeClient> {
+  const user = `consumer-${suffix()}`;
+  const subjects = [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: user }];
+  await admin.create(RoleResource, { metadata: { name: user, namespace }, rules: [
+    { apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersetbindings"], verbs: ["get", "list", "create", "delete"] },
+    // generous: it may write profiles and their status in its own namespace
+    { apiGroups: ["multicluster.x-k8s.io"], resources: ["clusterprofiles", "clusterprofiles/status"], verbs: ["get", "list", "watch", "create", "update", "patch"] },
+  ] });
+  await admin.create(RoleBindingResource, { metadata: { name: user, namespace }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: user }, subjects });
+  await admin.create(ClusterRoleResource, { metadata: { name: user }, rules: [{ apiGroups: ["cluster.open-cluster-management.io"], resources: ["managedclustersets/bind"], resourceNames: [mayBind], verbs: ["create"] }] });
+  await admin.create(RoleBindingResource, { metadata: { name: `${user}-bind`, namespace }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: user }, subjects });
+  const client = KubeClient.fromKubeconfig(await hub.cluster.kubeconfigFor({ user }));
+  await eventually(() => client.list(ClusterProfileResource, { namespace }));
+  return client;
+}
+
+describe("attacks under a consumer's own identity", () => {
+  it("a consumer may not bind a set it has no bind right for, so none of that set's clusters is published in its namespace, nor read elsewhere", async () => {
+    const mine = await boundSet();
+    const theirs = await boundSet();
+    const [c, secret] = await Promise.all([joinedCluster(mine.set), joinedCluster(theirs.set)]);
+    const attacker = await consumer(mine.namespace, mine.set);
+    await deliver(clusterEvent(c, "add"));
+    await deliver(clusterEvent(secret, "add"));
+    await expect(attacker.create(ManagedClusterSetBindingResource, { metadata: { name: theirs.set, namespace: mine.namespace }, spec: { clusterSet: theirs.set } })).rejects.toThrow(`is not allowed to bind cluster set "${theirs.set}"`);
+    await deliver(tickEvent());
+    expect((await attacker.list<ClusterProfile>(ClusterProfileResource, { namespace: mine.namespace })).items.map((p) => p.metadata.name)).toEqual([c.metadata.name]);
+    await expect(attacker.list(ClusterProfileResource, { namespace: theirs.namespace })).rejects.toThrow(/forbidden/);
+    await expect(attacker.get(ClusterProfileResource, secret.metadata.name, theirs.namespace)).rejects.toThrow(/forbidden/);
+  });
+
+  it("a profile a consumer forges under our manager's name for a cluster outside its sets is deleted; one it edits is put back", async () => {
+    const mine = await boundSet();
+    const other = await boundSet();
+    const [c, outside] = await Promise.all([joinedCluster(mine.set), joinedCluster(other.set)]);
+    await deliver(clusterEvent(c, "add"));
+    const attacker = await consumer(mine.namespace, mine.set);
+    const labels = { "x-k8s.io/cluster-manager": "open-cluster-management", "open-cluster-management.io/cluster-name": outside.metadata.name };
+    const forged = await attacker.create<ClusterProfile>(ClusterProfileResource, { metadata: { name: outside.metadata.name, namespace: mine.namespace, labels }, spec: { displayName: outside.metadata.name, clusterManager: { name: "open-cluster-management" } } });
+    await attacker.patch(ClusterProfileResource, forged.metadata.name, { status: { accessProviders: [{ name: "open-cluster-management", cluster: { server: "https://attacker.example.com" } }] } }, { namespace: mine.namespace, subresource: "status" });
+    await deliver(profileEvent(forged, "add"));
+    expect(await readProfile(mine.namespace, outside.metadata.name)).toBeUndefined();
+    // the consumer points its real profile's access provider elsewhere: the hub writes the cluster's own back
+    const real = (await attacker.get<ClusterProfile>(ClusterProfileResource, c.metadata.name, mine.namespace))!;
+    const edited = await attacker.update<ClusterProfile>(ClusterProfileResource, { ...real, status: { ...real.status, accessProviders: [{ name: "open-cluster-management", cluster: { server: "https://attacker.example.com" } }] } }, "status");
+    await deliver(profileEvent(edited));
+    expect((await readProfile(mine.namespace, c.metadata.name))?.status?.accessProviders?.map((a) => a.cluster?.server)).toEqual([`https://${c.metadata.name}.example.com:6443`]);
   });
 });
 
