@@ -9,13 +9,10 @@ import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "yaml";
-import { findOcm, inventoryApiModuleDir } from "../dev/control-plane/binaries.ts";
-import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
-import { logTail, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
-import { ocmOwnCrds, startOcmHubProgram } from "./support/ocm-programs.ts";
+import { inventoryApiModuleDir } from "../dev/control-plane/binaries.ts";
+import { registrationBesideOurs, type Beside } from "./support/ocm-programs.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { NamespaceResource } from "../shared/api/kube.ts";
-import { applyManifests } from "../shared/apply.ts";
 import {
   ClusterLabel,
   ManagedClusterConditionType,
@@ -36,52 +33,25 @@ import { objectEvent, testIo } from "./support/functions.ts";
 import { readyIdentity } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
 
-const OCM = "ocm";
 const OURS = "ours";
 
-let ocmPlanes: LocalClusters | undefined;
-let ourPlanes: LocalClusters | undefined;
+let both: Beside | undefined;
 let ocm: KubeClient;
 let ours: KubeClient;
-let controller: Managed | undefined;
 let profilesIo: Io<{ hubCluster: string }>;
 let setsIo: Io<{ hubCluster: string }>;
 
 const inventoryCrd = () => parse(readFileSync(join(inventoryApiModuleDir(), "config", "crd", "bases", "multicluster.x-k8s.io_clusterprofiles.yaml"), "utf8")) as object;
 
 beforeAll(async () => {
-  const programs = findOcm(["registration"]);
-  // OCM's webhooks do not run beside its controller here, so neither do our admission policies on its hub
-  [ocmPlanes, ourPlanes] = await Promise.all([startClusters({ names: [OCM], crds: [...ocmOwnCrds(), inventoryCrd()], admission: false }), startClusters({ names: [OURS] })]);
-  const ocmPlane = ocmPlanes.get(OCM);
-  ocm = KubeClient.fromKubeconfig(ocmPlane.adminKubeconfig);
-  ours = KubeClient.fromKubeconfig(ourPlanes.get(OURS).adminKubeconfig);
-  await applyManifests(ocm, readFileSync(join(import.meta.dirname, "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
-  await ocm.create(NamespaceResource, { metadata: { name: "open-cluster-management-hub" } });
-  controller = await startOcmHubProgram({
-    planeDir: ocmPlane.dir,
-    name: "ocm-registration-controller",
-    binary: programs.registration,
-    command: "controller",
-    kubeconfig: join(ocmPlane.dir, "admin.kubeconfig"),
-    namespace: "open-cluster-management-hub",
-    args: ["--feature-gates=ClusterProfile=true"],
-  });
+  both = await registrationBesideOurs({ crds: [inventoryCrd()], args: ["--feature-gates=ClusterProfile=true"] });
+  ({ ocm, ours } = both);
   const watched = [ClusterProfileResource, ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource];
-  profilesIo = testIo({ [OURS]: await readyIdentity(ourPlanes.get(OURS), profiles.spec.name, watched) }, { hubCluster: OURS });
-  setsIo = testIo({ [OURS]: await readyIdentity(ourPlanes.get(OURS), clusterSets.spec.name, watched.slice(1)) }, { hubCluster: OURS });
+  profilesIo = testIo({ [OURS]: await readyIdentity(both.ourPlane, profiles.spec.name, watched) }, { hubCluster: OURS });
+  setsIo = testIo({ [OURS]: await readyIdentity(both.ourPlane, clusterSets.spec.name, watched.slice(1)) }, { hubCluster: OURS });
 }, 180_000);
 
-afterAll(async () => {
-  if (controller) await stopProcess(controller);
-  ocm?.close();
-  ours?.close();
-  await Promise.all([ocmPlanes?.stop(), ourPlanes?.stop()]);
-});
-
-function controllerAlive(): void {
-  if (controller && controller.child.exitCode !== null) throw new Error(`OCM's registration controller exited with ${controller.child.exitCode}:\n${logTail(controller)}`);
-}
+afterAll(() => both?.stop());
 
 const apiVersion = (r: { group: string; version: string }) => `${r.group}/${r.version}`;
 async function deliver<C>(spec: FunctionSpec<C>, io: Io<C>, object: KubeObject, verb: "add" | "update" | "delete", r: { group: string; version: string; kind: string }): Promise<void> {
@@ -122,7 +92,7 @@ async function expectBoth(expected: Record<string, string>): Promise<void> {
   let theirs: Record<string, Seen> = {};
   await eventually(
     async () => {
-      controllerAlive();
+      both!.alive();
       theirs = await profilesOn(ocm);
       expect(names(theirs)).toEqual(expected);
       // OCM patches labels and status in separate passes: wait for both

@@ -5,15 +5,8 @@
 // in the same steps. After each step every cluster's status.managedNamespaces must be the same on both
 // hubs, and what the step expects. Ours is called with the events each change makes, under its own RBAC.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { findOcm } from "../dev/control-plane/binaries.ts";
-import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
-import { logTail, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
-import { ocmOwnCrds, startOcmHubProgram } from "./support/ocm-programs.ts";
+import { registrationBesideOurs, type Beside } from "./support/ocm-programs.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
-import { NamespaceResource } from "../shared/api/kube.ts";
-import { applyManifests } from "../shared/apply.ts";
 import { ClusterLabel, ManagedClusterResource, ManagedClusterSetBindingResource, ManagedClusterSetResource, type ManagedCluster, type ManagedClusterSet } from "../shared/api/cluster.ts";
 import { handleEvent, type Io } from "../shared/harness.ts";
 import fn, { type Config } from "../functions/cluster-sets/reconcile.ts";
@@ -21,41 +14,21 @@ import { objectEvent, testIo } from "./support/functions.ts";
 import { readyIdentity } from "./support/fixtures.ts";
 import { eventually } from "./support/eventually.ts";
 
-const OCM = "ocm";
 const OURS = "ours";
 const SET_LABEL = ClusterLabel.ClusterSet;
 
-let ocmPlanes: LocalClusters | undefined;
-let ourPlanes: LocalClusters | undefined;
+let both: Beside | undefined;
 let ocm: KubeClient;
 let ours: KubeClient;
-let controller: Managed | undefined;
 let io: Io<Config>;
 
 beforeAll(async () => {
-  const programs = findOcm(["registration"]);
-  // OCM's webhooks do not run beside its controller here, so neither do our admission policies on its hub
-  [ocmPlanes, ourPlanes] = await Promise.all([startClusters({ names: [OCM], crds: ocmOwnCrds(), admission: false }), startClusters({ names: [OURS] })]);
-  const ocmPlane = ocmPlanes.get(OCM);
-  ocm = KubeClient.fromKubeconfig(ocmPlane.adminKubeconfig);
-  ours = KubeClient.fromKubeconfig(ourPlanes.get(OURS).adminKubeconfig);
-  await applyManifests(ocm, readFileSync(join(import.meta.dirname, "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
-  await ocm.create(NamespaceResource, { metadata: { name: "open-cluster-management-hub" } });
-  // In the control plane's run directory: its guard reaps the process too if this one dies.
-  controller = await startOcmHubProgram({ planeDir: ocmPlane.dir, name: "ocm-registration-controller", binary: programs.registration, command: "controller", kubeconfig: join(ocmPlane.dir, "admin.kubeconfig"), namespace: "open-cluster-management-hub" });
-  io = testIo({ [OURS]: await readyIdentity(ourPlanes.get(OURS), fn.spec.name, [ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource]) }, { hubCluster: OURS });
+  both = await registrationBesideOurs();
+  ({ ocm, ours } = both);
+  io = testIo({ [OURS]: await readyIdentity(both.ourPlane, fn.spec.name, [ManagedClusterSetResource, ManagedClusterSetBindingResource, ManagedClusterResource]) }, { hubCluster: OURS });
 }, 180_000);
 
-afterAll(async () => {
-  if (controller) await stopProcess(controller);
-  ocm?.close();
-  ours?.close();
-  await Promise.all([ocmPlanes?.stop(), ourPlanes?.stop()]);
-});
-
-function controllerAlive(): void {
-  if (controller && controller.child.exitCode !== null) throw new Error(`OCM's registration controller exited with ${controller.child.exitCode}:\n${logTail(controller)}`);
-}
+afterAll(() => both?.stop());
 
 type Entry = { clusterSet: string; name: string };
 type Expected = Record<string, Entry[] | undefined>; // cluster → its list; undefined: no managedNamespaces at all
@@ -84,7 +57,7 @@ async function expectBoth(expected: Expected): Promise<void> {
   const clusters = Object.keys(expected);
   await eventually(
     async () => {
-      controllerAlive();
+      both!.alive();
       expect(await listsOn(ocm, clusters)).toEqual(expected);
     },
     { timeoutMs: 30_000 },

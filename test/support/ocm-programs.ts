@@ -4,9 +4,12 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { parse } from "yaml";
-import { ocmApiModuleDir } from "../../dev/control-plane/binaries.ts";
-import { freePort } from "../../dev/control-plane/clusters.ts";
-import { startProcess, type Managed } from "../../dev/control-plane/processes.ts";
+import { freePort, startClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
+import { logTail, startProcess, stopProcess, type Managed } from "../../dev/control-plane/processes.ts";
+import { findOcm, ocmApiModuleDir } from "../../dev/control-plane/binaries.ts";
+import { KubeClient } from "../../shared/kube/client.ts";
+import { NamespaceResource } from "../../shared/api/kube.ts";
+import { applyManifests } from "../../shared/apply.ts";
 
 // `<binary> <command> --kubeconfig … --namespace … --disable-leader-election --listen 127.0.0.1:<free>`,
 // the way OCM's cluster manager starts each of its hub controllers.
@@ -33,4 +36,36 @@ export function ocmOwnCrds(): object[] {
     if (!seen || seen.spec.versions.length < crd.spec.versions.length) byKind.set(crd.spec.names.kind, crd);
   }
   return [...byKind.values()];
+}
+
+// OCM's registration controller on a hub of its own (OCM's CRDs and `crds`; no admission policies,
+// since OCM's webhooks do not run beside it) next to a hub of ours with every CRD and policy: the two
+// sides of a conformance test. `alive` throws with the controller's log once it has exited.
+export type Beside = { ocm: KubeClient; ours: KubeClient; ourPlane: LocalCluster; alive(): void; stop(): Promise<void> };
+export async function registrationBesideOurs(o: { crds?: readonly object[]; args?: readonly string[] } = {}): Promise<Beside> {
+  const programs = findOcm(["registration"]);
+  const [ocmPlanes, ourPlanes] = await Promise.all([startClusters({ names: ["ocm"], crds: [...ocmOwnCrds(), ...(o.crds ?? [])], admission: false }), startClusters({ names: ["ours"] })]);
+  const ocmPlane = ocmPlanes.get("ocm");
+  const ocm = KubeClient.fromKubeconfig(ocmPlane.adminKubeconfig);
+  const ours = KubeClient.fromKubeconfig(ourPlanes.get("ours").adminKubeconfig);
+  let controller: Managed | undefined;
+  const stop = async () => {
+    if (controller) await stopProcess(controller);
+    ocm.close();
+    ours.close();
+    await Promise.all([ocmPlanes.stop(), ourPlanes.stop()]);
+  };
+  try {
+    await applyManifests(ocm, readFileSync(join(import.meta.dirname, "..", "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
+    await ocm.create(NamespaceResource, { metadata: { name: "open-cluster-management-hub" } });
+    // In the control plane's run directory: its guard reaps the process too if this one dies.
+    controller = await startOcmHubProgram({ planeDir: ocmPlane.dir, name: "ocm-registration-controller", binary: programs.registration, command: "controller", kubeconfig: join(ocmPlane.dir, "admin.kubeconfig"), namespace: "open-cluster-management-hub", args: o.args });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const alive = () => {
+    if (controller!.child.exitCode !== null) throw new Error(`OCM's registration controller exited with ${controller!.child.exitCode}:\n${logTail(controller!)}`);
+  };
+  return { ocm, ours, ourPlane: ourPlanes.get("ours"), alive, stop };
 }
