@@ -67,12 +67,13 @@ export function findOcm(needed: readonly OcmProgram[] = ocmPrograms): Partial<Oc
 export const ocmApiModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/api");
 // The same for open-cluster-management.io/ocm itself (its hub manifests: the add-on manager's ClusterRole).
 export const ocmModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/ocm");
-// The same for SIG-Multicluster's Cluster Inventory API (its ClusterProfile CRD), at the version OCM builds with.
-export const inventoryApiModuleDir = () => toolsOcmModuleDir("sigs.k8s.io/cluster-inventory-api");
+// SIG-Multicluster's Cluster Inventory API (its ClusterProfile and PlacementDecision CRDs), at the
+// version tools/inventory names.
+export const inventoryApiModuleDir = () => toolsOcmModuleDir("sigs.k8s.io/cluster-inventory-api", "inventory");
 
-function toolsOcmModuleDir(module: string): string {
+function toolsOcmModuleDir(module: string, tool = "ocm"): string {
   const out = execFileSync("go", ["mod", "download", "-json", module], {
-    cwd: join(repoRoot, "tools", "ocm"),
+    cwd: join(repoRoot, "tools", tool),
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, GOTOOLCHAIN: "local", GOFLAGS: "-mod=mod", GONOSUMDB: "open-cluster-management.io,sigs.k8s.io/about-api" },
   });

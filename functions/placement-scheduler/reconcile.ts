@@ -1,6 +1,7 @@
 // Schedules Placements as OCM's placement controller does: the clusters of the sets bound to the
 // placement's namespace, filtered, scored and cut to numberOfClusters (schedule.ts), written as
-// PlacementDecisions of at most 100 clusters and summed up in the Placement's status.
+// PlacementDecisions of at most 100 clusters and summed up in the Placement's status; for a placement
+// that asks, also as SIG-Multicluster PlacementDecisions (sig-decisions.ts).
 import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
@@ -35,6 +36,8 @@ import {
   satisfiedCondition,
   schedule,
 } from "./schedule.ts";
+import { sigDecisions, sigDecisionsWanted, writeSigDecisions } from "./sig-decisions.ts";
+import { ClusterManagerName, InventoryLabel, SigDecisionLabel, SigPlacementDecisionResource } from "../../shared/api/inventory.ts";
 
 // Only which cluster is the hub (shared/settings.ts); events from any other cluster are not ours.
 export type Config = HubCluster;
@@ -46,7 +49,8 @@ export default defineFunction({
   name: "placement-scheduler",
   config: HubClusterSchema,
   watches: (c) => [
-    { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "update"], root: true, keys: placementKeys },
+    // with its SIG decisions: judging whether any are to go reads nothing
+    { cluster: c.hubCluster, resource: PlacementResource, verbs: ["add", "update"], root: true, keys: placementKeys, related: [{ resource: SigPlacementDecisionResource, namespace: "{namespace}", labelSelector: `${SigDecisionLabel.PlacementKey}={name}` }] },
     // A cluster's change comes with what placementsForCluster judges it by, and wakes nothing on a hub
     // without Placements.
     {
@@ -58,6 +62,7 @@ export default defineFunction({
     { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys },
     { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, verbs: ["add", "delete"], keys: bindingKeys },
     { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["delete"], keys: decisionKeys },
+    { cluster: c.hubCluster, resource: SigPlacementDecisionResource, verbs: ["delete"], keys: sigDecisionKeys },
   ],
   resyncSeconds: 60,
   // The placement-scheduler function (functions/placement-scheduler) on the hub: reads placements, the
@@ -68,6 +73,7 @@ export default defineFunction({
     { cluster: c.hubCluster, why: "Decisions carry an owner reference with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin lets only those who may update the owner's finalizers set.", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placements/finalizers"], verbs: ["update"] },
     { cluster: c.hubCluster, why: "its placements' decisions", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placementdecisions"], verbs: ["create", "patch", "delete"] },
     { cluster: c.hubCluster, why: "the decisions' chosen clusters", apiGroups: ["cluster.open-cluster-management.io"], resources: ["placementdecisions/status"], verbs: ["patch"] },
+    { cluster: c.hubCluster, why: "the SIG PlacementDecisions of placements that ask for them", apiGroups: ["multicluster.x-k8s.io"], resources: ["placementdecisions"], verbs: ["create", "patch", "delete"] },
   ],
   reconcile,
 });
@@ -102,6 +108,7 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const problem = groupProblem ?? result.problem;
   const wanted = placementDecisions(placement, groups);
   await writeDecisions(io, hub, wanted.decisions, own.items);
+  await writeSigDecisions(io, hub, placement, sigDecisionsWanted(placement) ? sigDecisions(placement, wanted.decisions) : []);
 
   const generation = placement.metadata.generation;
   let conditions = setCondition(placement.status?.conditions, { ...misconfiguredCondition(problem), observedGeneration: generation }, now);
@@ -174,6 +181,14 @@ async function decisionKeys(event: ObjectEvent, io: Io<Config>): Promise<Key[]> 
   const owner = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[ClusterLabel.Placement];
   if (owner) return [{ cluster: event.cluster, namespace, name: owner }];
   return placementsIn(io, (p) => p.metadata.namespace === namespace);
+}
+
+// A deleted SIG decision of ours is written again if its placement still asks for it.
+function sigDecisionKeys(event: ObjectEvent): KeysOrSkip {
+  const labels = (event.object?.metadata as { labels?: Record<string, string> } | undefined)?.labels;
+  const placement = labels?.[SigDecisionLabel.PlacementKey];
+  if (!placement || labels?.[InventoryLabel.ClusterManager] !== ClusterManagerName) return { skip: "a SIG placement decision not of ours" };
+  return [{ cluster: event.cluster, namespace: event.ref.namespace ?? "", name: placement }];
 }
 
 const bindingKeys = (event: ObjectEvent, io: Io<Config>) => placementsIn(io, (p) => p.metadata.namespace === (event.ref.namespace ?? "") && usesSet(p, event.ref.name));

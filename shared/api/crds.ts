@@ -33,7 +33,7 @@ import {
   PlacementDecisionSchema,
   PlacementSchema,
 } from "./cluster.ts";
-import { ClusterProfileResource, ClusterProfileSchema, InventoryGroup } from "./inventory.ts";
+import { ClusterProfileResource, ClusterProfileSchema, InventoryGroup, SigPlacementDecisionResource, SigPlacementDecisionSchema } from "./inventory.ts";
 import { type CustomResourceDefinition, type KindDescription, type PrinterColumn, toCrd } from "./crd.ts";
 import {
   AppliedManifestWorkResource,
@@ -272,6 +272,14 @@ export const kinds: readonly KindDescription[] = [
     singular: "clusterprofile",
     scope: "Namespaced",
     versions: [{ name: "v1alpha1", served: true, storage: true, schema: ClusterProfileSchema, subresources: status }],
+  },
+  {
+    group: InventoryGroup,
+    kind: SigPlacementDecisionResource.kind,
+    plural: SigPlacementDecisionResource.plural,
+    singular: "placementdecision",
+    scope: "Namespaced",
+    versions: [{ name: "v1alpha1", served: true, storage: true, schema: SigPlacementDecisionSchema }],
   },
   {
     group: AgentConfigGroup,

@@ -1,7 +1,7 @@
 // Group multicluster.x-k8s.io: SIG-Multicluster's Cluster Inventory API (KEP-4322), the ClusterProfile
 // a cluster manager publishes for each cluster it manages, with the strings the API and OCM define for it.
 import { z } from "zod";
-import { type ApiResource, base64, ConditionSchema, dateTime, typeMeta } from "./meta.ts";
+import { type ApiResource, base64, ConditionSchema, dateTime, mapList, typeMeta } from "./meta.ts";
 
 export const InventoryGroup = "multicluster.x-k8s.io";
 
@@ -66,14 +66,50 @@ export const ClusterProfileSchema = z.looseObject({
   }),
   status: z
     .looseObject({
-      // a plain list, as the API declares it (no list-type map)
-      conditions: z.array(ConditionSchema).optional(),
+      conditions: mapList(ConditionSchema, ["type"]).optional(),
       version: z.looseObject({ kubernetes: z.string().optional() }).optional(),
-      properties: z.array(PropertySchema).optional(),
+      properties: mapList(PropertySchema, ["name"]).optional(),
       // the API's older name for accessProviders, still declared
-      credentialProviders: z.array(AccessProviderSchema).optional(),
-      accessProviders: z.array(AccessProviderSchema).optional(),
+      credentialProviders: mapList(AccessProviderSchema, ["name"]).optional(),
+      accessProviders: mapList(AccessProviderSchema, ["name"]).optional(),
     })
     .optional(),
 });
 export type ClusterProfile = z.infer<typeof ClusterProfileSchema>;
+
+// KEP-5313's PlacementDecision, a scheduler's answer in the inventory's terms: up to 100 ClusterProfiles
+// per object, the decisions at the top level (no spec or status).
+export const SigPlacementDecisionResource = {
+  group: InventoryGroup,
+  version: "v1alpha1",
+  kind: "PlacementDecision",
+  plural: "placementdecisions",
+  namespaced: true,
+} as const satisfies ApiResource;
+
+export const SigDecisionLabel = {
+  // the same on every slice of one decision
+  DecisionKey: "multicluster.x-k8s.io/decision-key",
+  // the slice's place among them, from 0
+  DecisionIndex: "multicluster.x-k8s.io/decision-index",
+  // the placement a consumer looks its decisions up by
+  PlacementKey: "multicluster.x-k8s.io/placement-key",
+} as const;
+
+export const SigMaxDecisionsPerObject = 100;
+
+export const SigPlacementDecisionSchema = z.looseObject({
+  ...typeMeta,
+  decisions: z
+    .array(
+      z.looseObject({
+        // no namespace: the decision's own
+        clusterProfileRef: z.looseObject({ name: z.string(), namespace: z.string().optional() }),
+        reason: z.string().optional(),
+      }),
+    )
+    .min(0)
+    .max(SigMaxDecisionsPerObject),
+  schedulerName: z.string().optional(),
+});
+export type SigPlacementDecision = z.infer<typeof SigPlacementDecisionSchema>;

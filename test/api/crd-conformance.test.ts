@@ -229,7 +229,7 @@ function validationProblems(theirs: Node, ours: Node | undefined, path: string):
   const rules = (v: unknown) => ((v as { rule: string; message?: string }[] | undefined) ?? []).map((r) => ({ rule: r.rule, message: r.message }));
   // zod writes a regex's "/" as "\/"; both mean "/" to the API server's RE2
   const pattern = (v: unknown) => (typeof v === "string" ? v.replaceAll("\\/", "/") : v);
-  for (const key of ["minLength", "maxLength", "pattern", "minimum", "maximum", "maxItems"])
+  for (const key of ["minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems", "x-kubernetes-list-type", "x-kubernetes-list-map-keys"])
     if (!same(key === "pattern" ? pattern(theirs[key]) : theirs[key], key === "pattern" ? pattern(ours[key]) : ours[key])) problems.push(`${path}: ${key} is ${JSON.stringify(ours[key])}, the API has ${JSON.stringify(theirs[key])}`);
   if (!same(rules(theirs["x-kubernetes-validations"]), rules(ours["x-kubernetes-validations"])))
     problems.push(`${path}: x-kubernetes-validations are ${JSON.stringify(rules(ours["x-kubernetes-validations"]))}, the API has ${JSON.stringify(rules(theirs["x-kubernetes-validations"]))}`);
@@ -239,32 +239,34 @@ function validationProblems(theirs: Node, ours: Node | undefined, path: string):
   return problems;
 }
 
-describe("the ClusterProfile CRD conforms to the Cluster Inventory API's (sigs.k8s.io/cluster-inventory-api, the version OCM v1.2.0 builds with)", () => {
-  let theirs: Crd;
-  const ours = served.find((c) => c.spec.names.kind === "ClusterProfile") as unknown as Crd;
+describe("the Cluster Inventory API's CRDs conform to sigs.k8s.io/cluster-inventory-api's own (the version tools/inventory names)", () => {
+  const schema = (c: Crd) => c.spec.versions[0]!.schema.openAPIV3Schema;
+  const theirs = new Map<string, Crd>();
+  const ours = (kind: string) => served.find((c) => c.spec.group === "multicluster.x-k8s.io" && c.spec.names.kind === kind) as unknown as Crd;
   beforeAll(() => {
     const dir = join(inventoryApiModuleDir(), "config", "crd", "bases");
-    theirs = parse(readFileSync(join(dir, "multicluster.x-k8s.io_clusterprofiles.yaml"), "utf8")) as Crd;
+    for (const kind of ["ClusterProfile", "PlacementDecision"]) theirs.set(kind, parse(readFileSync(join(dir, `multicluster.x-k8s.io_${kind.toLowerCase()}s.yaml`), "utf8")) as Crd);
   });
 
-  it("matches names, versions, subresources, printer columns and every schema path", () => {
-    expect(compareCrds(theirs, ours)).toEqual([]);
+  it.each(["ClusterProfile", "PlacementDecision"])("%s: matches names, versions, subresources, printer columns and every schema path", (kind) => {
+    expect(compareCrds(theirs.get(kind)!, ours(kind))).toEqual([]);
   });
 
-  it("refuses what the API's CRD refuses: the same lengths, patterns and CEL rules on every path", () => {
-    const schema = (c: Crd) => c.spec.versions[0]!.schema.openAPIV3Schema;
-    expect(validationProblems(schema(theirs), schema(ours), "ClusterProfile/v1alpha1")).toEqual([]);
+  it.each(["ClusterProfile", "PlacementDecision"])("%s: refuses what the API's CRD refuses and merges lists as it does: the same lengths, patterns, CEL rules and list types on every path", (kind) => {
+    expect(validationProblems(schema(theirs.get(kind)!), schema(ours(kind)), `${kind}/v1alpha1`)).toEqual([]);
   });
 
-  it("reports a dropped CEL rule and a changed length by path", () => {
-    const broken = structuredClone(ours);
+  it("reports a dropped CEL rule, a changed length and a list no longer merged by key, by path", () => {
+    const broken = structuredClone(ours("ClusterProfile"));
     const props = (n: Node) => n["properties"] as Record<string, Node>;
-    const spec = props(broken.spec.versions[0]!.schema.openAPIV3Schema)["spec"]!;
+    const spec = props(schema(broken))["spec"]!;
     delete props(spec)["clusterManager"]!["x-kubernetes-validations"];
-    const status = props(broken.spec.versions[0]!.schema.openAPIV3Schema)["status"]!;
+    const status = props(schema(broken))["status"]!;
     props(props(status)["properties"]!["items"] as Node)["value"]!["maxLength"] = 2048;
-    expect(validationProblems(theirs.spec.versions[0]!.schema.openAPIV3Schema, broken.spec.versions[0]!.schema.openAPIV3Schema, "P")).toEqual([
+    delete props(status)["accessProviders"]!["x-kubernetes-list-type"];
+    expect(validationProblems(schema(theirs.get("ClusterProfile")!), schema(broken), "P")).toEqual([
       'P.spec.clusterManager: x-kubernetes-validations are [], the API has [{"rule":"self == oldSelf","message":"ClusterManager is immutable"}]',
+      'P.status.accessProviders: x-kubernetes-list-type is undefined, the API has "map"',
       "P.status.properties[].value: maxLength is 2048, the API has 1024",
     ]);
   });

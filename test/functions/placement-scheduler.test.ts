@@ -1,6 +1,7 @@
 // The placement-scheduler function against a real hub, under its own RBAC, in the shape of OCM's
 // placement integration cases: eligible sets, predicates, taints and tolerations, numberOfClusters,
-// prioritizers, decision groups, decisions split at 100, status conditions, and no write without cause.
+// prioritizers, decision groups, decisions split at 100, status conditions, and no write without cause;
+// and SIG-Multicluster PlacementDecisions for a placement that asks for them.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import {
   ClusterLabel,
@@ -21,6 +22,8 @@ import { manualClock, rfc3339 } from "../../shared/clock.ts";
 import { handleEvent, type Io } from "../../shared/harness.ts";
 import fn, { type Config } from "../../functions/placement-scheduler/reconcile.ts";
 import { Semver, compareSemver } from "../../functions/placement-scheduler/cel.ts";
+import { SigDecisionsAnnotation } from "../../functions/placement-scheduler/sig-decisions.ts";
+import { SigPlacementDecisionResource, type SigPlacementDecision } from "../../shared/api/inventory.ts";
 import { objectEvent, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 
@@ -32,7 +35,7 @@ let kubeconfig: string;
 
 beforeAll(async () => {
   plane = await startHub(HUB);
-  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource]);
+  kubeconfig = await readyIdentity(plane.cluster, fn.spec.name, [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource, SigPlacementDecisionResource]);
 }, 120_000);
 
 afterAll(() => plane?.stop());
@@ -525,5 +528,73 @@ describe("events", () => {
     const reply = await handleEvent(fn.spec, s.io, { specversion: "1.0", id: "x", source: "test", type: "dev.knative.apiserver.resource.update" });
     expect(reply.statusCode).toBe(400);
     expect(await decisionObjects(s, "p")).toEqual([]);
+  });
+});
+
+describe("SIG-Multicluster PlacementDecisions (KEP-5313), for a placement that asks", () => {
+  const asks = { [SigDecisionsAnnotation]: "true" };
+  async function sigObjects(s: Scene, name: string): Promise<SigPlacementDecision[]> {
+    const { items } = await plane.admin.list<SigPlacementDecision>(SigPlacementDecisionResource, { namespace: s.ns, labelSelector: `multicluster.x-k8s.io/placement-key=${name}` });
+    return items.sort((a, b) => a.metadata.name.localeCompare(b.metadata.name, "en", { numeric: true }));
+  }
+
+  it("mirrors each decision as one of at most 100 ClusterProfile references, labelled, indexed from 0, owned by the placement; none for a placement that does not ask", async () => {
+    const s = await scene();
+    const names = await addClusters(s, 150);
+    const p = await place(s, "p", {}, asks);
+    await place(s, "quiet");
+    await run(s, "p");
+    await run(s, "quiet");
+    const sig = await sigObjects(s, "p");
+    expect(sig.map((d) => [d.metadata.name, d.metadata.labels?.["multicluster.x-k8s.io/decision-index"], d.decisions.length])).toEqual([["p-decision-1", "0", 100], ["p-decision-2", "1", 50]]);
+    expect(sig[0]!.metadata).toMatchObject({
+      labels: { "x-k8s.io/cluster-manager": "open-cluster-management", "multicluster.x-k8s.io/placement-key": "p", "multicluster.x-k8s.io/decision-key": "p" },
+      ownerReferences: [{ apiVersion: "cluster.open-cluster-management.io/v1beta1", kind: "Placement", name: "p", uid: p.metadata.uid, controller: true, blockOwnerDeletion: true }],
+    });
+    expect(sig[0]!.schedulerName).toBe("open-cluster-management");
+    expect(sig.flatMap((d) => d.decisions)).toEqual([...names].sort().map((name) => ({ clusterProfileRef: { name, namespace: s.ns } })));
+    // the same clusters as OCM's own decisions
+    expect(sig.flatMap((d) => d.decisions.map((x) => x.clusterProfileRef.name))).toEqual((await decisionObjects(s, "p")).flatMap((d) => d.status!.decisions.map((x) => x.clusterName)));
+    expect(await sigObjects(s, "quiet")).toEqual([]);
+  });
+
+  it("follows the decisions, writes nothing when nothing changed, puts back a deleted or edited one, and removes all once the placement stops asking", async () => {
+    const s = await scene();
+    await addClusters(s, 2);
+    await place(s, "p", { numberOfClusters: 1 }, asks);
+    await run(s, "p");
+    const [first] = await sigObjects(s, "p");
+    expect(first!.decisions).toHaveLength(1);
+    await run(s, "p");
+    expect((await sigObjects(s, "p"))[0]!.metadata.resourceVersion).toBe(first!.metadata.resourceVersion);
+    // edited by hand: the scheduler's decision is written back
+    await plane.admin.patch(SigPlacementDecisionResource, "p-decision-1", { decisions: [{ clusterProfileRef: { name: "elsewhere" } }] }, { namespace: s.ns });
+    await run(s, "p");
+    expect((await sigObjects(s, "p"))[0]!.decisions).toEqual(first!.decisions);
+    // deleted: its delete event brings it back
+    await plane.admin.delete(SigPlacementDecisionResource, "p-decision-1", s.ns);
+    const reply = await handleEvent(fn.spec, s.io, objectEvent({ cluster: HUB, verb: "delete", object: { ...first!, apiVersion: "multicluster.x-k8s.io/v1alpha1", kind: "PlacementDecision" } }));
+    expect(reply.statusCode, reply.body).toBe(204);
+    expect((await sigObjects(s, "p")).map((d) => d.decisions)).toEqual([first!.decisions]);
+    // grows to both clusters
+    await plane.admin.patch(PlacementResource, "p", { spec: { numberOfClusters: 2 } }, { namespace: s.ns });
+    await run(s, "p");
+    expect((await sigObjects(s, "p"))[0]!.decisions).toHaveLength(2);
+    // stops asking
+    await plane.admin.patch(PlacementResource, "p", { metadata: { annotations: { [SigDecisionsAnnotation]: null } } }, { namespace: s.ns });
+    await run(s, "p");
+    expect(await sigObjects(s, "p")).toEqual([]);
+    expect(await decisionObjects(s, "p")).toHaveLength(1);
+  });
+
+  it("leaves alone a SIG decision of the same placement key that another scheduler wrote", async () => {
+    const s = await scene();
+    await addClusters(s, 1);
+    const theirs = await plane.admin.create<SigPlacementDecision>(SigPlacementDecisionResource, { metadata: { name: "theirs", namespace: s.ns, labels: { "multicluster.x-k8s.io/placement-key": "p" } }, decisions: [], schedulerName: "someone-else" });
+    await place(s, "p", {}, asks);
+    await run(s, "p");
+    const all = await sigObjects(s, "p");
+    expect(all.map((d) => [d.metadata.name, d.schedulerName])).toEqual([["p-decision-1", "open-cluster-management"], ["theirs", "someone-else"]]);
+    expect(all[1]!.metadata.resourceVersion).toBe(theirs.metadata.resourceVersion);
   });
 });
