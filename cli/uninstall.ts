@@ -10,9 +10,11 @@
 // are not uninstalled. Finalizers of OCM's kinds that only the removed functions would have released
 // (an add-on's, an AppliedManifestWork's) are removed just before their CRDs go; on a spoke, the work
 // an AppliedManifestWork owns then goes with it (the garbage collector follows the owner references the
-// work applier set, as on OCM), unless its ManifestWork orphaned it.
+// work applier set, as on OCM), unless its ManifestWork orphaned it. SIG-Multicluster's CRDs are left
+// (every cluster manager's); the ClusterProfiles and SIG PlacementDecisions we published in them go.
 import { SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource } from "../shared/api/cluster.ts";
+import { ClusterManagerName, ClusterProfileResource, InventoryLabel, SigPlacementDecisionResource } from "../shared/api/inventory.ts";
 import { AppliedManifestWorkResource, ManifestWorkResource, type AppliedManifestWork } from "../shared/api/work.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
@@ -173,5 +175,20 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
       return left.length === 0;
     },
   );
+  if (side === "hub") await removePublished(client, discovery, print);
   print(`The ${side} is uninstalled: nothing labelled ${partOfSelector} is left.`);
+}
+
+// The ClusterProfiles and SIG PlacementDecisions our functions published (the manager's label says
+// whose), once the functions are gone; their CRDs stay (cli/render/hub.ts isSharedCrd).
+async function removePublished(client: KubeClient, discovery: Discovery, print: (line: string) => void): Promise<void> {
+  const selector = `${InventoryLabel.ClusterManager}=${ClusterManagerName}`;
+  for (const r of [ClusterProfileResource, SigPlacementDecisionResource]) {
+    const type = { apiVersion: `${r.group}/${r.version}`, kind: r.kind };
+    discovery.forget(type.apiVersion);
+    if (!(await discovery.isServed(type))) continue;
+    const { items } = await again(() => client.list<Found>(r, { labelSelector: selector }));
+    for (const item of items) await again(() => client.delete(r, item.metadata.name, item.metadata.namespace));
+    if (items.length) print(`deleted the ${plural(items.length, `${r.group} ${r.kind}`)} ocm-functions published (their CRD stays: other cluster managers may publish there)`);
+  }
 }

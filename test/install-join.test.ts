@@ -27,6 +27,7 @@ import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type Se
 import { findCondition } from "../shared/conditions.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { readFunctions } from "../cli/render/func-yaml.ts";
+import { ClusterProfileResource } from "../shared/api/inventory.ts";
 import { eventually } from "./support/eventually.ts";
 
 const CLUSTER = "edge1";
@@ -338,7 +339,13 @@ describe("install, join, accept, uninstall", () => {
     expect(again.stdout).toBe(`nothing of ocm-functions on the spoke at ${spoke.url}\n`);
   }, 360_000);
 
-  it("uninstall hub refuses while a ManagedCluster is registered; with --purge-clusters the running hub functions release it and the rest goes", async () => {
+  it("uninstall hub refuses while a ManagedCluster is registered; with --purge-clusters the running hub functions release it and the rest goes, but for SIG-Multicluster's CRDs and what another cluster manager published in them", async () => {
+    // a profile of ours (as cluster-profiles labels them; for no cluster, so the running function or the
+    // uninstall removes it) and one of another cluster manager
+    await hubAdmin.create(NamespaceResource, { metadata: { name: "inventory-consumer" } });
+    const profile = (name: string, manager: string) => ({ metadata: { name, namespace: "inventory-consumer", labels: { "x-k8s.io/cluster-manager": manager } }, spec: { clusterManager: { name: manager } } });
+    await hubAdmin.create(ClusterProfileResource, profile("ours", "open-cluster-management"));
+    await hubAdmin.create(ClusterProfileResource, profile("theirs", "someone-else"));
     const refused = await ocmf(["uninstall", "hub"], { KUBECONFIG: hubKubeconfig });
     expect(refused.code, described(refused)).toBe(1);
     expect(refused.stderr.trimEnd().split("\n")).toEqual([expect.stringContaining(`error: 1 ManagedCluster still registered (${CLUSTER})`)]);
@@ -350,6 +357,9 @@ describe("install, join, accept, uninstall", () => {
     expect(r.stdout).toContain(`deleted 1 ManagedCluster (${CLUSTER})`);
     expect(await labelled(hubAdmin, [...renderHub(), { apiVersion: "v1", kind: "Secret" }])).toEqual([]);
     expect(await hubAdmin.get(CustomResourceDefinitionResource, "managedclusters.cluster.open-cluster-management.io")).toBeUndefined();
+    // SIG-Multicluster's CRDs are every cluster manager's: they stay
+    expect(await hubAdmin.get(CustomResourceDefinitionResource, "clusterprofiles.multicluster.x-k8s.io")).toBeDefined();
+    expect((await hubAdmin.list(ClusterProfileResource, { namespace: "inventory-consumer" })).items.map((p) => p.metadata.name)).toEqual(["theirs"]);
     // released by the cluster-acceptor before the functions went
     expect(await hubAdmin.get(ClusterRoleResource, HubRbacName.cluster(CLUSTER))).toBeUndefined();
     expect((await hubAdmin.list(SecretResource, { namespace: "kube-system", labelSelector: partOfSelector })).items).toEqual([]);

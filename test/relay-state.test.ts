@@ -134,4 +134,13 @@ describe("an object outside every scope its function watches", () => {
     const other: StateConfig = { watches: [{ ...labelled.watches[0]!, kind: "ManagedCluster", group }] };
     expect(outsideEveryScope(other, event("add"), { current: agent })).toBe(false);
   });
+
+  it("is not sent when it is of a kind the function watches only in another group (SIG's PlacementDecision beside OCM's)", () => {
+    const ocmDecisions: StateConfig = { watches: [{ cluster: HUB, group, kind: "PlacementDecision", related: [], onTick: false }] };
+    const sig = new CloudEvent({ id: "e3", source: "test", type: "dev.knative.apiserver.resource.add", cluster: HUB, apiversion: "multicluster.x-k8s.io/v1alpha1", kind: "PlacementDecision", name: "p-decision-1", namespace: "ns", data: {} });
+    const ocm = new CloudEvent({ ...sig, id: "e4", apiversion: `${group}/v1beta1` });
+    const decision = { metadata: { name: "p-decision-1", namespace: "ns" } };
+    expect(outsideEveryScope(ocmDecisions, sig as CloudEvent<unknown>, { current: decision })).toBe(true);
+    expect(outsideEveryScope(ocmDecisions, ocm as CloudEvent<unknown>, { current: decision })).toBe(false);
+  });
 });

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderedManifests } from "../cli/render/files.ts";
 import { isRelayFed, isSpokeRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
-import { BootstrapServiceAccount, HubSourceName, hubRelayName, localHubRelayRole } from "../cli/render/hub.ts";
+import { BootstrapServiceAccount, HubSourceName, hubRelayName, localHubRelayRole, SharedApiAnnotation } from "../cli/render/hub.ts";
 import { triggerFilters, VisibilityLabel, type TriggerSpec } from "../cli/render/objects.ts";
 import { PartOf, PartOfLabel, renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
 import { configFromEnvironment } from "../components/relay/config.ts";
@@ -78,12 +78,19 @@ describe("the relay identities' RBAC", () => {
 });
 
 describe("a render", () => {
+  it("applies exactly SIG-Multicluster's CRDs unlabelled, marked shared", () => {
+    const sharedCrds = hub.filter((o) => o.kind === "CustomResourceDefinition" && o.metadata.labels?.[PartOfLabel] !== PartOf);
+    expect(sharedCrds.map((o) => o.metadata.name).sort()).toEqual(["clusterprofiles.multicluster.x-k8s.io", "placementdecisions.multicluster.x-k8s.io"]);
+    expect(sharedCrds.every((o) => o.metadata.annotations?.[SharedApiAnnotation])).toBe(true);
+  });
+
   it.each([
     { side: "hub", objects: hub },
     { side: "spoke", objects: spoke },
   ])("labels every $side object part-of ocm-functions, so an uninstall finds them", ({ objects }) => {
     // open-cluster-management is shared with OCM and users: an uninstall leaves it (cli/render/hub.ts)
-    const shared = (o: Manifest) => o.kind === "Namespace" && o.metadata.name === "open-cluster-management";
+    // OCM's namespace, and SIG-Multicluster's CRDs (every cluster manager's): applied unlabelled, so uninstall leaves them
+    const shared = (o: Manifest) => (o.kind === "Namespace" && o.metadata.name === "open-cluster-management") || (o.kind === "CustomResourceDefinition" && o.metadata.annotations?.[SharedApiAnnotation] !== undefined);
     expect(objects.filter((o) => o.metadata.labels?.[PartOfLabel] !== PartOf && !shared(o)).map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([]);
   });
 
@@ -115,9 +122,12 @@ describe("a render", () => {
       expect(sink.filters).toEqual([...f.deploy.subscriptions.map((s) => s.filters), { type: RecheckDueType, [TargetExtension]: name }]);
       expect(sink.state?.watches.length).toBeGreaterThan(0);
     }
-    // every kind a Broker-fed function subscribes to is watched, once, on the hub
+    // every kind a Broker-fed function subscribes to is watched on the hub, each kind of each group once
+    // (a subscription names a kind alone: OCM's and SIG's PlacementDecision share one)
     const subscribed = new Set(fed.flatMap(({ f }) => f.deploy.subscriptions.flatMap((s) => (s.filters.kind ? [s.filters.kind] : []))));
-    expect(config.sources.map((s) => s.resource.kind).sort()).toEqual([...subscribed].sort());
+    expect(new Set(config.sources.map((s) => s.resource.kind))).toEqual(subscribed);
+    const watched = config.sources.map((s) => `${s.resource.group}/${s.resource.kind}`);
+    expect(watched).toEqual([...new Set(watched)]);
     expect(new Set(config.sources.map((s) => s.cluster))).toEqual(new Set(["hub"]));
     // ticks as OCM's hub informers resync
     expect(config.resync.intervalMs).toBe(1_800_000);

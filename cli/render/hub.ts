@@ -8,6 +8,7 @@ import { watchesOf } from "./definitions.ts";
 import { deployedRoles } from "./rbac.ts";
 import { mergeWatches } from "./sources.ts";
 import { stateOf } from "../../shared/sdk.ts";
+import { InventoryGroup } from "../../shared/api/inventory.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
   broker,
@@ -220,9 +221,10 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
   const [brokerName] = brokers as [string];
   const brokerFed = fns.filter((f) => !isRelayFed(f));
 
+  const crds = ocmCrds().filter((c) => !isSpokeCrd(c));
   const objects: Manifest[] = [
     namespace(ns),
-    ...ocmCrds().filter((c) => !isSpokeCrd(c)),
+    ...crds.filter((c) => !isSharedCrd(c)),
     ...readManifests("hub", "admission-policies.yaml"),
     ...readManifests("hub", "bootstrap-rbac.yaml"),
     broker(brokerName, ns, o),
@@ -235,6 +237,13 @@ export function renderHub(o: HubOptions = {}): Manifest[] {
     );
   }
   objects.push(...hubSource(brokerFed, ns, cluster!, brokerName, o));
-  // after the labelling: bootstrapServiceAccount labels what is ours of it
-  return [...objects.map(withPartOf), ...bootstrapServiceAccount(ns)];
+  // after the labelling: bootstrapServiceAccount labels what is ours of it, and the shared CRDs are not ours
+  return [...objects.map(withPartOf), ...crds.filter(isSharedCrd).map(sharedCrd), ...bootstrapServiceAccount(ns)];
 }
+
+// SIG-Multicluster's kinds are every cluster manager's on a hub (a GKE fleet, KubeFleet, OCM publish
+// ClusterProfiles too): their CRDs are applied unlabelled, so `ocmf uninstall hub` leaves them, and
+// removes only the objects our functions published in them (cli/uninstall.ts).
+export const SharedApiAnnotation = "ocm-functions.io/shared-api";
+export const isSharedCrd = (crd: Manifest) => (crd.spec as { group: string }).group === InventoryGroup;
+const sharedCrd = (crd: Manifest): Manifest => ({ ...crd, metadata: { ...crd.metadata, annotations: { ...crd.metadata.annotations, [SharedApiAnnotation]: "ocmf uninstall leaves this CRD: other cluster managers publish in it too; it removes only what ocm-functions published" } } });

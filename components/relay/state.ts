@@ -189,7 +189,10 @@ export function outsideEveryScope(state: StateConfig, event: CloudEvent<unknown>
   const attrs = event as unknown as Record<string, unknown>;
   const cluster = String(attrs.cluster ?? "");
   const { group, kind } = kindOf(attrs);
-  if (!state.watches.some((w) => w.cluster === cluster && w.group === group && w.kind === kind)) return false;
+  // A kind no watch names is not judged here (the function asked for it some other way), unless a watch
+  // names a kind of that name in another group: a subscription filters by kind alone, so SIG's
+  // PlacementDecision comes through a filter meant for OCM's.
+  if (!state.watches.some((w) => w.cluster === cluster && w.group === group && w.kind === kind)) return state.watches.some((w) => w.cluster === cluster && w.kind === kind);
   return !watchOf(state, cluster, attrs, change.current) && !(change.previous && watchOf(state, cluster, attrs, change.previous));
 }
 
