@@ -67,9 +67,10 @@ export function findOcm(needed: readonly OcmProgram[] = ocmPrograms): Partial<Oc
 export const ocmApiModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/api");
 // The same for open-cluster-management.io/ocm itself (its hub manifests: the add-on manager's ClusterRole).
 export const ocmModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/ocm");
-// SIG-Multicluster's Cluster Inventory API (its ClusterProfile and PlacementDecision CRDs), at the
-// version tools/inventory names.
-export const inventoryApiModuleDir = () => toolsOcmModuleDir("sigs.k8s.io/cluster-inventory-api", "inventory");
+// SIG-Multicluster's Cluster Inventory API (its ClusterProfile and PlacementDecision CRDs) and OCM's
+// managed-serviceaccount add-on (its API and credentials plugin), at the versions tools/apis names.
+export const inventoryApiModuleDir = () => toolsOcmModuleDir("sigs.k8s.io/cluster-inventory-api", "apis");
+export const managedServiceAccountModuleDir = () => toolsOcmModuleDir("open-cluster-management.io/managed-serviceaccount", "apis");
 
 function toolsOcmModuleDir(module: string, tool = "ocm"): string {
   const out = execFileSync("go", ["mod", "download", "-json", module], {

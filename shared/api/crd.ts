@@ -22,6 +22,8 @@ export type KindVersion = {
   printerColumns?: readonly PrinterColumn[];
   // Omitted means no subresources; OCM's kinds mostly use { status: {} }.
   subresources?: { status?: Record<string, never> };
+  // a version still served, with the warning the API server sends its clients
+  deprecationWarning?: string;
 };
 
 export type KindDescription = {
@@ -72,6 +74,7 @@ export function toCrd(d: KindDescription): CustomResourceDefinition {
       },
       scope: d.scope,
       versions: d.versions.map((v) => ({
+        ...(v.deprecationWarning ? { deprecated: true, deprecationWarning: v.deprecationWarning } : {}),
         name: v.name,
         served: v.served,
         storage: v.storage,

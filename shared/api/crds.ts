@@ -33,6 +33,7 @@ import {
   PlacementDecisionSchema,
   PlacementSchema,
 } from "./cluster.ts";
+import { AuthenticationGroup, ManagedServiceAccountResource, ManagedServiceAccountSchema } from "./authentication.ts";
 import { ClusterProfileResource, ClusterProfileSchema, InventoryGroup, SigPlacementDecisionResource, SigPlacementDecisionSchema } from "./inventory.ts";
 import { type CustomResourceDefinition, type KindDescription, type PrinterColumn, toCrd } from "./crd.ts";
 import {
@@ -263,6 +264,24 @@ export const kinds: readonly KindDescription[] = [
     scope: "Cluster",
     versions: [
       { name: "v1", served: true, storage: true, schema: AppliedManifestWorkSchema, subresources: status },
+    ],
+  },
+  {
+    group: AuthenticationGroup,
+    kind: ManagedServiceAccountResource.kind,
+    plural: ManagedServiceAccountResource.plural,
+    singular: "managedserviceaccount",
+    scope: "Namespaced",
+    versions: [
+      {
+        name: "v1alpha1",
+        served: true,
+        storage: false,
+        schema: ManagedServiceAccountSchema,
+        subresources: status,
+        deprecationWarning: "authentication.open-cluster-management.io/v1alpha1 ManagedServiceAccount is deprecated; use authentication.open-cluster-management.io/v1beta1 ManagedServiceAccount; version v1alpha1 will be removed in the next release",
+      },
+      { name: "v1beta1", served: true, storage: true, schema: ManagedServiceAccountSchema, subresources: status },
     ],
   },
   {

@@ -6,8 +6,9 @@ import * as addon from "./addon.ts";
 import * as work from "./work.ts";
 import * as agentConfig from "./agent-config.ts";
 import * as inventory from "./inventory.ts";
+import * as authentication from "./authentication.ts";
 
-const all: ApiResource[] = [kube, cluster, addon, work, agentConfig, inventory].flatMap((m) =>
+const all: ApiResource[] = [kube, cluster, addon, work, agentConfig, inventory, authentication].flatMap((m) =>
   Object.entries(m)
     .filter(([name]) => name.endsWith("Resource"))
     .map(([, r]) => r as ApiResource),

@@ -8,12 +8,13 @@ import { parse } from "yaml";
 import { beforeAll, describe, expect, it } from "vitest";
 import { crds as served, unconvertible } from "../../shared/api/crds.ts";
 import { appliedRecord, manifestStatuses } from "../../functions/work-applier/status.ts";
-import { inventoryApiModuleDir } from "../../dev/control-plane/binaries.ts";
+import { inventoryApiModuleDir, managedServiceAccountModuleDir } from "../../dev/control-plane/binaries.ts";
 
 const ocmApiModule = "open-cluster-management.io/api@v1.3.0";
 
-// OCM's kinds among those this project serves; our own groups (config.ocm-functions.io) are not OCM's.
-const crds = served.filter((c) => c.spec.group.endsWith(".open-cluster-management.io"));
+// OCM's kinds among those this project serves; our own groups (config.ocm-functions.io) are not OCM's,
+// and its managed-serviceaccount add-on's API is in that add-on's module (checked below).
+const crds = served.filter((c) => c.spec.group.endsWith(".open-cluster-management.io") && c.spec.group !== "authentication.open-cluster-management.io");
 
 // The kinds this project must serve exactly as OCM does.
 const requiredKinds = [
@@ -229,7 +230,7 @@ function validationProblems(theirs: Node, ours: Node | undefined, path: string):
   const rules = (v: unknown) => ((v as { rule: string; message?: string }[] | undefined) ?? []).map((r) => ({ rule: r.rule, message: r.message }));
   // zod writes a regex's "/" as "\/"; both mean "/" to the API server's RE2
   const pattern = (v: unknown) => (typeof v === "string" ? v.replaceAll("\\/", "/") : v);
-  for (const key of ["minLength", "maxLength", "pattern", "minimum", "maximum", "minItems", "maxItems", "x-kubernetes-list-type", "x-kubernetes-list-map-keys"])
+  for (const key of ["minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "default", "minItems", "maxItems", "x-kubernetes-list-type", "x-kubernetes-list-map-keys"])
     if (!same(key === "pattern" ? pattern(theirs[key]) : theirs[key], key === "pattern" ? pattern(ours[key]) : ours[key])) problems.push(`${path}: ${key} is ${JSON.stringify(ours[key])}, the API has ${JSON.stringify(theirs[key])}`);
   if (!same(rules(theirs["x-kubernetes-validations"]), rules(ours["x-kubernetes-validations"])))
     problems.push(`${path}: x-kubernetes-validations are ${JSON.stringify(rules(ours["x-kubernetes-validations"]))}, the API has ${JSON.stringify(rules(theirs["x-kubernetes-validations"]))}`);
@@ -239,7 +240,7 @@ function validationProblems(theirs: Node, ours: Node | undefined, path: string):
   return problems;
 }
 
-describe("the Cluster Inventory API's CRDs conform to sigs.k8s.io/cluster-inventory-api's own (the version tools/inventory names)", () => {
+describe("the Cluster Inventory API's CRDs conform to sigs.k8s.io/cluster-inventory-api's own (the version tools/apis names)", () => {
   const schema = (c: Crd) => c.spec.versions[0]!.schema.openAPIV3Schema;
   const theirs = new Map<string, Crd>();
   const ours = (kind: string) => served.find((c) => c.spec.group === "multicluster.x-k8s.io" && c.spec.names.kind === kind) as unknown as Crd;
@@ -269,5 +270,23 @@ describe("the Cluster Inventory API's CRDs conform to sigs.k8s.io/cluster-invent
       'P.status.accessProviders: x-kubernetes-list-type is undefined, the API has "map"',
       "P.status.properties[].value: maxLength is 2048, the API has 1024",
     ]);
+  });
+});
+
+describe("the ManagedServiceAccount CRD conforms to OCM's managed-serviceaccount add-on's own (the version tools/apis names)", () => {
+  let theirs: Crd;
+  const ours = served.find((c) => c.spec.group === "authentication.open-cluster-management.io") as unknown as Crd;
+  beforeAll(() => {
+    theirs = parse(readFileSync(join(managedServiceAccountModuleDir(), "config", "crd", "bases", "authentication.open-cluster-management.io_managedserviceaccounts.yaml"), "utf8")) as Crd;
+  });
+
+  it("matches names, versions (v1alpha1 served and deprecated with OCM's warning, v1beta1 stored), subresources and every schema path", () => {
+    expect(compareCrds(theirs, ours)).toEqual([]);
+    const deprecation = (c: Crd) => c.spec.versions.map((v) => [v.name, (v as Node)["deprecated"] ?? false, (v as Node)["deprecationWarning"] ?? ""]);
+    expect(deprecation(ours)).toEqual(deprecation(theirs));
+  });
+
+  it("refuses what OCM's CRD refuses: the same lengths, patterns, bounds and list types on every path of both versions", () => {
+    for (const [i, v] of theirs.spec.versions.entries()) expect(validationProblems(v.schema.openAPIV3Schema, ours.spec.versions[i]!.schema.openAPIV3Schema, `ManagedServiceAccount/${v.name}`)).toEqual([]);
   });
 });

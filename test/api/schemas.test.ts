@@ -18,6 +18,7 @@ import type { ApiResource } from "../../shared/api/meta.ts";
 import * as work from "../../shared/api/work.ts";
 import * as agentConfig from "../../shared/api/agent-config.ts";
 import * as inventory from "../../shared/api/inventory.ts";
+import * as authentication from "../../shared/api/authentication.ts";
 import { ManifestWorkSchema } from "../../shared/api/work.ts";
 
 const managedCluster = {
@@ -149,7 +150,7 @@ describe("constants", () => {
 });
 
 describe("API coordinates", () => {
-  const resources = Object.entries({ ...cluster, ...addon, ...work, ...agentConfig, ...inventory })
+  const resources = Object.entries({ ...cluster, ...addon, ...work, ...agentConfig, ...inventory, ...authentication })
     .filter(([name]) => name.endsWith("Resource"))
     .map(([name, value]) => ({ name, resource: value as ApiResource }));
 
