@@ -30,7 +30,7 @@ const fleet = await startFleet({
   log: (line) => appendFileSync(join(outDir, "logs", `${(JSON.parse(line) as { fn: string }).fn}.log`), line),
   record: (relay) => join(outDir, "logs", `events-${relay}.jsonl`),
 });
-await applyManifests(fleet.hub, readFileSync(join(root, "manifests", "addons", "helloworld.yaml"), "utf8"));
+for (const addon of ["helloworld.yaml", "managed-serviceaccount.yaml"]) await applyManifests(fleet.hub, readFileSync(join(root, "manifests", "addons", addon), "utf8"));
 const control = await serveControl(fleet);
 
 // The functions' runtime also handles SIGINT: it runs fleet.stop() and exits itself, so the folder

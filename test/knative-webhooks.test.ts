@@ -19,6 +19,7 @@ import { KubeClient, resourcePath, type KubeObject } from "../shared/kube/client
 import { KubeError } from "../shared/kube/errors.ts";
 import type { ApiResource } from "../shared/api/meta.ts";
 import { renderHub, renderSpoke, type Manifest } from "../cli/render/index.ts";
+import { isRelayFed, isSpokeRelayFed, readFunctions } from "../cli/render/func-yaml.ts";
 import { eventually } from "./support/eventually.ts";
 
 const repoRoot = join(import.meta.dirname, "..");
@@ -305,7 +306,7 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
 
   it.each(["hub", "spoke"])("has Serving default every %s function's Knative Service: user-container, timeoutSeconds, creator, probes", (side) => {
     const services = createdOf(side, "Service").filter((s) => s.apiVersion === "serving.knative.dev/v1");
-    expect(services.length).toBe(side === "hub" ? 11 : 6);
+    expect(services.length).toBe(readFunctions().filter((f) => f.side === side).length);
     for (const s of services) {
       const spec = s.spec.template.spec;
       expect(spec.containers[0].name, s.metadata.name).toBe("user-container");
@@ -324,7 +325,8 @@ describe("what cli/render makes, judged by Knative's webhooks", () => {
     // one per Broker-fed function (the hub's lease monitor has a relay of its own, and the spoke's relay
     // delivers to agent-config itself), and one for the recheck requests
     const triggers = createdOf(side, "Trigger");
-    expect(triggers.length).toBe(side === "hub" ? 11 : 6);
+    const fns = readFunctions().filter((f) => f.side === side);
+    expect(triggers.length).toBe(fns.filter((f) => !isRelayFed(f) && !isSpokeRelayFed(f)).length + 1);
     // a function with several subscriptions has them as one `any` of exact filters, as Knative stored it
     expect(triggers.some((t) => t.spec.filters?.[0]?.any?.length > 1)).toBe(true);
     for (const t of triggers) {

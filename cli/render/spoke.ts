@@ -2,6 +2,7 @@
 // Knative Service, or a Deployment and Service) and Triggers, one Broker fed by the event relay (a
 // ContainerSource watching the spoke and, with the agent's credentials, the hub), the heartbeat
 // Deployment, and the bootstrap kubeconfig when given.
+import { DefaultAddOnInstallNamespace } from "../../shared/api/addon.ts";
 import { stringify } from "yaml";
 import { BootstrapSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { RelayConfigSchema, agentSettingsCheckpoint, hubCredentialsFromAgentSecrets, type RelayConfigInput } from "../../components/relay/config.ts";
@@ -160,7 +161,8 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   const brokerName = one("the Broker they subscribe to", brokerNames(fns.filter((f) => !isSpokeRelayFed(f))));
   const config = relayConfig(fns, { spoke, hub, agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60 });
 
-  const objects: Manifest[] = [namespace(ns), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
+  // and the add-on namespace, as OCM's klusterlet makes it (managed-serviceaccount's ServiceAccounts live there)
+  const objects: Manifest[] = [namespace(ns), namespace(DefaultAddOnInstallNamespace), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
   if (o.bootstrapKubeconfig !== undefined)
     objects.push({
       apiVersion: "v1",

@@ -1,6 +1,7 @@
 // The RBAC objects acceptance writes for a cluster (ocm-protocol §4.2): the per-cluster ClusterRole and
 // its binding, the registration and work RoleBindings in the cluster namespace, and the two shared
 // ClusterRoles every cluster's bindings name (the registration one also grants our AgentConfig).
+import { ManagedServiceAccountResource } from "../../shared/api/authentication.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { CertificateSigningRequestResource, ClusterRoleResource, LeaseResource } from "../../shared/api/kube.ts";
 import { ClusterLabel, ManagedClusterResource } from "../../shared/api/cluster.ts";
@@ -68,6 +69,10 @@ export const registrationClusterRole: ClusterRole = {
     // Bound only in the cluster's namespace, so no cluster reads or reports another's.
     { apiGroups: [AgentConfigResource.group], resources: [AgentConfigResource.plural], verbs: ["get", "list", "watch"] },
     { apiGroups: [AgentConfigResource.group], resources: [`${AgentConfigResource.plural}/status`], verbs: ["patch"] },
+    // ours, not OCM's: the cluster's ManagedServiceAccounts, read only, so the spoke's relay and
+    // managed-serviceaccount see them; their tokens and status are written as the add-on's own identity,
+    // bound only once the add-on is enabled (manifests/addons/managed-serviceaccount.yaml).
+    { apiGroups: [ManagedServiceAccountResource.group], resources: [ManagedServiceAccountResource.plural], verbs: ["get", "list", "watch"] },
   ],
 };
 

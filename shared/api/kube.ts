@@ -10,6 +10,7 @@ export const NamespaceResource = core("Namespace", "namespaces", false);
 export const SecretResource = core("Secret", "secrets", true);
 export const PodResource = core("Pod", "pods", true);
 export const ConfigMapResource = core("ConfigMap", "configmaps", true);
+export const ServiceAccountResource = core("ServiceAccount", "serviceaccounts", true);
 export const NodeResource = core("Node", "nodes", false);
 export const EventResource = core("Event", "events", true);
 export const ClusterRoleResource = rbac("ClusterRole", "clusterroles", false);
