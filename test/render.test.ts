@@ -229,6 +229,7 @@ describe("a render", () => {
       ManagedCluster: "metadata.name=edge-7",
       ManifestWork: "edge-7",
       AgentConfig: "edge-7",
+      ManagedServiceAccount: "edge-7",
     });
   });
 

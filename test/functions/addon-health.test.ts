@@ -12,6 +12,7 @@ import { manualClock, microTime } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, serve, type Outcome } from "../../shared/harness.ts";
 import fn, { ConfigSchema, type Config } from "../../functions/addon-health/reconcile.ts";
 import { identityFor, objectEvent, postEvent, startFunctionServer, testIo, tickEvent } from "../support/functions.ts";
+import { createOrUpdate } from "../../shared/apply.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
 
@@ -41,7 +42,7 @@ beforeAll(async () => {
   // the test drives the function itself: the fleet's own functions (the hub's add-on manager among
   // them, which would take Available over while the cluster is Unknown) get no more events.
   await joinedThenQuiet(fleet, C, agent().io, (asCluster) => asCluster.list(ManagedClusterAddOnV1alpha1Resource, { namespace: C }));
-  await spoke.create(NamespaceResource, { metadata: { name: DEFAULT_NS } });
+  await createOrUpdate(spoke, NamespaceResource, { metadata: { name: DEFAULT_NS } }, []); // the join makes it, as OCM's klusterlet does
   await eventually(() => agent().io.cluster(C).list(LeaseResource, { namespace: DEFAULT_NS }));
 }, FLEET_START_MS);
 afterAll(async () => {

@@ -11,7 +11,7 @@ import "reflect-metadata"; // @peculiar/x509 resolves its algorithms through tsy
 import * as x509 from "@peculiar/x509";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { applyManifests } from "../../shared/apply.ts";
+import { applyManifests, createOrUpdate } from "../../shared/apply.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
@@ -81,7 +81,7 @@ beforeAll(async () => {
   const ca = await createCertificateAuthority("test-addon-signer");
   caPem = ca.certPem;
   await hub.create(SecretResource, { metadata: { name: CA_SECRET, namespace: AddonManagerNamespaceDefault }, type: "kubernetes.io/tls", data: { "tls.crt": b64(ca.certPem), "tls.key": b64(ca.keyPem) } });
-  await spoke.create(NamespaceResource, { metadata: { name: DEFAULT_NS } });
+  await createOrUpdate(spoke, NamespaceResource, { metadata: { name: DEFAULT_NS } }, []); // the join makes it, as OCM's klusterlet does
   await eventually(() => managerIo.cluster(HUB).list(ManagedClusterAddOnV1alpha1Resource));
   await eventually(() => approverIo.cluster(HUB).get(SecretResource, CA_SECRET, AddonManagerNamespaceDefault));
 }, FLEET_START_MS);
