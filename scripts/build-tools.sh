@@ -13,6 +13,8 @@
 #                                     # (tools/traefik), which run as pods on a node beside Eventing
 #                                     # (dev/control-plane/serving.ts); prints one `<cmd> <path>` line each, traefik last
 #   scripts/build-tools.sh clusteradm # also OCM's own CLI, clusteradm (test/clusteradm.test.ts); prints its path last
+#   scripts/build-tools.sh inventory-consumer # also our Go consumer of the cluster inventory (tools/inventory-consumer,
+#                                     # test/inventory-consumer.test.ts); prints its path last
 #   scripts/build-tools.sh node       # also a node: kube-scheduler, our pause and probe programs, kube-proxy, CoreDNS
 #                                     # and kubelet; prints their paths last, in that order (kubelet last)
 #   scripts/build-tools.sh ocm        # also OCM v1.2.0's registration, work, add-on manager and placement
@@ -128,6 +130,13 @@ if [ "${1:-}" = "clusteradm" ]; then
   GONOSUMDB=open-cluster-management.io build clusteradm "$clusteradm_out" open-cluster-management.io/clusteradm/cmd/clusteradm \
     "-s -w -X open-cluster-management.io/clusteradm/pkg/version.versionFromGit=$clusteradm_version -X open-cluster-management.io/clusteradm/pkg/version.gitTreeState=clean"
   echo "$bin/$clusteradm_out"
+fi
+if [ "${1:-}" = "inventory-consumer" ]; then
+  # tools/inventory-consumer, our own test program built on SIG-Multicluster's cluster-inventory-api; named
+  # by a hash of its module files and source, so an edit builds anew
+  consumer_hash=$(cat "$here"/tools/inventory-consumer/go.mod "$here"/tools/inventory-consumer/go.sum "$here"/tools/inventory-consumer/main.go | sha256sum | cut -c1-12)
+  build inventory-consumer "inventory-consumer-$consumer_hash" . "-s -w"
+  echo "$bin/inventory-consumer-$consumer_hash"
 fi
 if [ "${1:-}" = "node" ]; then
   # Our own pause program (tools/pause), the sandbox image's only file, the probe a test pod runs,

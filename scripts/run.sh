@@ -47,6 +47,9 @@ if [ "${1:-}" = test ]; then
   # OCM's own CLI against our hub (test/clusteradm.test.ts).
   OCM_FUNCTIONS_CLUSTERADM=$("$root/scripts/build-tools.sh" clusteradm | tail -n 1)
   export OCM_FUNCTIONS_CLUSTERADM
+  # A consumer of the cluster inventory built from cluster-inventory-api (test/inventory-consumer.test.ts).
+  OCM_FUNCTIONS_INVENTORY_CONSUMER=$("$root/scripts/build-tools.sh" inventory-consumer | tail -n 1)
+  export OCM_FUNCTIONS_INVENTORY_CONSUMER
   # A real node (test/node.test.ts): Debian's containerd, runc, CNI plugins and nft, then kubelet,
   # kube-scheduler, kube-proxy, CoreDNS and our pause programs, built here so no test waits on a build.
   "$root/scripts/setup-node.sh"

@@ -35,6 +35,15 @@ export function findClusteradm(): string {
   return path;
 }
 
+// Our Go consumer of the cluster inventory (tools/inventory-consumer).
+export function findInventoryConsumer(): string {
+  const path =
+    process.env.OCM_FUNCTIONS_INVENTORY_CONSUMER ||
+    execFileSync(join(repoRoot, "scripts", "build-tools.sh"), ["inventory-consumer"], { stdio: ["ignore", "pipe", "inherit"] }).toString().trim().split("\n").pop()!;
+  if (!existsSync(path)) throw new Error(`the inventory consumer is missing: ${path} (scripts/build-tools.sh inventory-consumer builds it)`);
+  return path;
+}
+
 export type OcmPrograms = { registration: string; work: string; addon: string; placement: string };
 type OcmProgram = keyof OcmPrograms;
 const ocmPrograms: readonly OcmProgram[] = ["registration", "work", "addon", "placement"];
