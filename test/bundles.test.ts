@@ -233,7 +233,7 @@ describe("what the bundles hold", () => {
   });
 
   it("holds only what its entry imports: no other function's or component's code", () => {
-    const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : b.name === "relay" || b.name === "heartbeat" ? `components/${b.name}/` : `functions/${b.name}/`);
+    const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : ["relay", "heartbeat", "cp-creds"].includes(b.name) ? `components/${b.name}/` : `functions/${b.name}/`);
     // The CLI renders the spoke relay's configuration and checks it with the relay's own schema, and
     // derives every source and subscription from the functions' definitions (cli/render/definitions.ts);
     // `ocmf run function` runs a user's function locally: its server and a relay (dev/local/run-function.ts).
@@ -241,6 +241,6 @@ describe("what the bundles hold", () => {
     const shared: Record<string, (i: string) => boolean> = { ocmf: (i) => i.startsWith("components/relay/") || i.startsWith("functions/") || runFunction.includes(i) };
     const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b)) && !shared[b.name]?.(i)).map((i) => `${b.name} ← ${i}`));
     expect(strays).toEqual([]);
-    expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "heartbeat", "ocmf", "relay"].sort());
+    expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "cp-creds", "heartbeat", "ocmf", "relay"].sort());
   });
 });
