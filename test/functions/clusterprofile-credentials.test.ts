@@ -2,10 +2,10 @@
 // ClusterProfile credential syncer): a syncing ManagedServiceAccount's token copied beside every profile
 // of its cluster as <cluster>-<name>, owned by the profile, kept in step, deleted when the
 // ManagedServiceAccount stops syncing or goes; nothing else copied, and a Secret that is not a copy of
-// ours left alone.
+// ours left alone; and a consumer minting one for a cluster outside its sets gets no token.
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { KubeClient } from "../../shared/kube/client.ts";
-import { NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
+import { NamespaceResource, RoleBindingResource, RoleResource, SecretResource } from "../../shared/api/kube.ts";
 import { ClusterProfileResource, type ClusterProfile } from "../../shared/api/inventory.ts";
 import { ManagedServiceAccountResource, type ManagedServiceAccount } from "../../shared/api/authentication.ts";
 import type { Secret } from "../../shared/hub-credentials.ts";
@@ -14,6 +14,7 @@ import fn, { copyName, type Config } from "../../functions/clusterprofile-creden
 import { objectEvent, testIo, tickEvent } from "../support/functions.ts";
 import { readyIdentity, startHub, type Hub } from "../support/fixtures.ts";
 import { recordingRequests } from "../support/requests.ts";
+import { eventually } from "../support/eventually.ts";
 
 const HUB = "hub";
 const suffix = () => Math.random().toString(36).slice(2, 7);
@@ -106,5 +107,38 @@ describe("token copies beside the profiles", () => {
     const foreign = await admin.patch<ClusterProfile>(ClusterProfileResource, other.cluster, { metadata: { labels: { "x-k8s.io/cluster-manager": "someone-else" } } }, { namespace: other.consumer });
     await deliver(profileEvent(foreign));
     expect(await readCopy(other)).toBeUndefined();
+  });
+});
+
+describe("attacks under a consumer's own identity", () => {
+  it("a consumer that may mint ManagedServiceAccounts for a cluster outside its sets gets no token: the copy goes only beside that cluster's profiles, and it may read neither the token nor their copies", async () => {
+    const s = await scene(); // cluster s.cluster, published only in s.consumer
+    const attackerNs = `attacker-${suffix()}`;
+    await admin.create(NamespaceResource, { metadata: { name: attackerNs } });
+    const user = `attacker-${suffix()}`;
+    const subjects = [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: user }];
+    // generous: it may make ManagedServiceAccounts in that cluster's namespace, and read secrets in its own
+    await admin.create(RoleResource, { metadata: { name: user, namespace: s.cluster }, rules: [{ apiGroups: ["authentication.open-cluster-management.io"], resources: ["managedserviceaccounts"], verbs: ["create", "get"] }] });
+    await admin.create(RoleBindingResource, { metadata: { name: user, namespace: s.cluster }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: user }, subjects });
+    await admin.create(RoleResource, { metadata: { name: user, namespace: attackerNs }, rules: [{ apiGroups: [""], resources: ["secrets"], verbs: ["get", "list"] }] });
+    await admin.create(RoleBindingResource, { metadata: { name: user, namespace: attackerNs }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: user }, subjects });
+    const attacker = KubeClient.fromKubeconfig(await hub.cluster.kubeconfigFor({ user }));
+    try {
+      const minted = await eventually(() => attacker.create<ManagedServiceAccount>(ManagedServiceAccountResource, { metadata: { name: `stolen-${suffix()}`, namespace: s.cluster, labels: { [SYNC]: "true" } }, spec: { rotation: {} } }));
+      // as the agent would report it
+      await admin.create<Secret>(SecretResource, { metadata: { name: minted.metadata.name, namespace: s.cluster }, data: { token: b64("stolen-token") } });
+      const reported = await admin.patch<ManagedServiceAccount>(ManagedServiceAccountResource, minted.metadata.name, { status: { tokenSecretRef: { name: minted.metadata.name, lastRefreshTimestamp: "2026-12-02T00:00:00Z" } } }, { namespace: s.cluster, subresource: "status" });
+      await deliver(msaEvent(reported));
+      expect((await admin.list<Secret>(SecretResource, { namespace: attackerNs })).items).toEqual([]);
+      expect(await admin.get(SecretResource, copyName(s.cluster, minted.metadata.name), s.consumer)).toBeDefined();
+      await expect(attacker.get(SecretResource, minted.metadata.name, s.cluster)).rejects.toThrow(/forbidden/);
+      await expect(attacker.get(SecretResource, copyName(s.cluster, minted.metadata.name), s.consumer)).rejects.toThrow(/forbidden/);
+      // and one with no right there is refused the mint itself
+      const stranger = KubeClient.fromKubeconfig(await hub.cluster.kubeconfigFor({ user: `stranger-${suffix()}` }));
+      await expect(stranger.create(ManagedServiceAccountResource, { metadata: { name: "x", namespace: s.cluster }, spec: { rotation: {} } })).rejects.toThrow(/forbidden/);
+      stranger.close();
+    } finally {
+      attacker.close();
+    }
   });
 });
