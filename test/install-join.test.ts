@@ -27,6 +27,7 @@ import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type Se
 import { findCondition } from "../shared/conditions.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { readFunctions } from "../cli/render/func-yaml.ts";
+import { SharedApiAnnotation } from "../cli/render/hub.ts";
 import { ClusterProfileResource } from "../shared/api/inventory.ts";
 import { eventually } from "./support/eventually.ts";
 
@@ -166,8 +167,11 @@ describe("install, join, accept, uninstall", () => {
 
     const objects = renderHub();
     const applied = await readBack(hubAdmin, objects);
-    // open-cluster-management is applied but not labelled as ours: OCM or the user may own it (cli/render/hub.ts)
-    const shared = (k: string) => k === "Namespace /open-cluster-management";
+    // open-cluster-management is applied but not labelled as ours: OCM or the user may own it; so are
+    // SIG-Multicluster's CRDs, every cluster manager's (cli/render/hub.ts)
+    const sharedCrds = new Set(objects.filter((o) => o.metadata.annotations?.[SharedApiAnnotation]).map((o) => `CustomResourceDefinition /${o.metadata.name}`));
+    const shared = (k: string) => k === "Namespace /open-cluster-management" || sharedCrds.has(k);
+    expect(sharedCrds.size).toBe(2);
     const notApplied = [...applied].filter(([k, o]) => !appliedByOcmf(o).manager || (!appliedByOcmf(o).labelled && !shared(k))).map(([k]) => k);
     expect(notApplied).toEqual([]);
     expect([...applied].filter(([k, o]) => shared(k) && appliedByOcmf(o).labelled)).toEqual([]);

@@ -39,6 +39,7 @@ import type { Io } from "../shared/harness.ts";
 import fn, { type Config } from "../functions/placement-scheduler/reconcile.ts";
 import { testIo } from "./support/functions.ts";
 import { readyIdentity } from "./support/fixtures.ts";
+import { SigPlacementDecisionResource } from "../shared/api/inventory.ts";
 import { eventually } from "./support/eventually.ts";
 
 const OCM = "ocm";
@@ -87,7 +88,7 @@ beforeAll(async () => {
   await ocm.admin.create(ManagedClusterSetBindingResource, { metadata: { name: SENTINELS, namespace: SENTINELS }, spec: { clusterSet: SENTINELS } });
   await barrier("ready", 0, 60_000);
 
-  const resources = [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource];
+  const resources = [PlacementResource, PlacementDecisionResource, ManagedClusterResource, ManagedClusterSetResource, ManagedClusterSetBindingResource, SigPlacementDecisionResource];
   io = testIo({ [OURS]: await readyIdentity(planes.get(OURS), fn.spec.name, resources) }, { hubCluster: OURS });
 }, 180_000);
 
