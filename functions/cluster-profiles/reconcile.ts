@@ -57,10 +57,11 @@ export default defineFunction({
   watches: (c) => [
     // our own profiles: one changed or deleted by hand is put back; its cluster and its namespace's bindings come with it
     { cluster: c.hubCluster, resource: ClusterProfileResource, labelSelector: ours, root: true, related: [{ resource: ManagedClusterResource, name: "{name}" }, bindings, sets] },
-    // a cluster: its profiles wherever its sets are bound, and wherever it has one now
-    { cluster: c.hubCluster, resource: ManagedClusterResource, keys: clusterKeys, related: [sets, bindings, { resource: ClusterProfileResource, labelSelector: profilesOfCluster }], changes: ["metadata.labels", "metadata.deletionTimestamp", "spec.managedClusterClientConfigs", "status.version", "status.clusterClaims", "status.conditions"] },
+    // a cluster: its profiles wherever its sets are bound, and wherever it has one now; on a hub with no
+    // binding at all (where no profile can be) its changes wake nothing
+    { cluster: c.hubCluster, resource: ManagedClusterResource, keys: clusterKeys, related: [sets, { ...bindings, required: true }, { resource: ClusterProfileResource, labelSelector: profilesOfCluster }], changes: ["metadata.labels", "metadata.deletionTimestamp", "spec.managedClusterClientConfigs", "status.version", "status.clusterClaims", "status.conditions"] },
     // a set: every profile in the namespaces it is bound to
-    { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys, related: [bindings, fleet, ourProfiles], changes: ["spec", "metadata.deletionTimestamp"] },
+    { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys, related: [{ ...bindings, required: true }, fleet, ourProfiles], changes: ["spec", "metadata.deletionTimestamp"] },
     // a binding: every profile in its namespace (its Bound condition comes from cluster-sets after its creation)
     { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, keys: bindingKeys, related: [sets, fleet, bindings, ourProfiles], changes: ["spec", "status.conditions", "metadata.deletionTimestamp"] },
   ],

@@ -30,7 +30,8 @@ export default defineFunction({
   // status.tokenSecretRef, whose event says so; a copy changed or deleted by hand is put back by the resync.
   watches: (c) => [
     { cluster: c.hubCluster, resource: ClusterProfileResource, labelSelector: ourProfiles, root: true, changes: ["metadata.uid", "metadata.deletionTimestamp"] },
-    { cluster: c.hubCluster, resource: ManagedServiceAccountResource, keys: msaKeys, related: [{ resource: ClusterProfileResource, labelSelector: ourProfiles }], changes: ["metadata.labels", "metadata.deletionTimestamp", "status.tokenSecretRef"] },
+    // on a hub without our profiles an account's change wakes nothing
+    { cluster: c.hubCluster, resource: ManagedServiceAccountResource, keys: msaKeys, related: [{ resource: ClusterProfileResource, labelSelector: ourProfiles, required: true }], changes: ["metadata.labels", "metadata.deletionTimestamp", "status.tokenSecretRef"] },
   ],
   resyncSeconds: 60,
   // clusterprofile-credentials on the hub: reads the ManagedServiceAccounts' token Secrets in cluster
