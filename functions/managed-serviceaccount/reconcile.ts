@@ -209,7 +209,15 @@ async function everyMsa(event: { cluster?: string }, io: Io<Config>): Promise<Ke
     io.cluster(c.managementCluster),
     c,
     io.clock.now(),
-    async (hub) => (await hub.list<ManagedServiceAccount>(ManagedServiceAccountResource, { namespace: c.clusterName })).items.map((m) => keyOf(c, m.metadata.name)),
+    async (hub) => {
+      try {
+        return (await hub.list<ManagedServiceAccount>(ManagedServiceAccountResource, { namespace: c.clusterName })).items.map((m) => keyOf(c, m.metadata.name));
+      } catch (err) {
+        // a hub that does not serve the kind (OCM's own, without the add-on): nothing to report there
+        if (isNotFound(err)) return { skip: "the hub serves no ManagedServiceAccounts" };
+        throw err;
+      }
+    },
     (reason) => ({ skip: `not bootstrapped: ${reason}` }),
   );
 }

@@ -9,15 +9,15 @@ import { join } from "node:path";
 import { request as httpsRequest } from "node:https";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
-import { NamespaceResource, RoleBindingResource, SecretResource, ServiceAccountResource } from "../../shared/api/kube.ts";
+import { CustomResourceDefinitionResource, NamespaceResource, RoleBindingResource, SecretResource, ServiceAccountResource } from "../../shared/api/kube.ts";
 import { applyManifests, createOrUpdate } from "../../shared/apply.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { manualClock } from "../../shared/clock.ts";
-import { reconcileKey, type Outcome } from "../../shared/harness.ts";
+import { handleEvent, reconcileKey, type Outcome } from "../../shared/harness.ts";
 import { secretText, type Secret } from "../../shared/hub-credentials.ts";
 import { ManagedServiceAccountResource, MsaSecretKey, type ManagedServiceAccount } from "../../shared/api/authentication.ts";
 import fn, { ConfigSchema, addOnHubSecretName, tokenSubject, type Config } from "../../functions/managed-serviceaccount/reconcile.ts";
-import { identityFor, testIo } from "../support/functions.ts";
+import { identityFor, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
 import { recordingRequests } from "../support/requests.ts";
@@ -207,5 +207,18 @@ describe("what it refuses", () => {
       asCluster.close();
       asAddOn.close();
     }
+  });
+});
+
+describe("on a hub that does not serve ManagedServiceAccounts (OCM's own, without the add-on)", () => {
+  // last in this file: it removes the kind from the fleet's hub
+  it("answers its resync ticks 204, with nothing to report, and writes nothing", async () => {
+    await hub.delete(CustomResourceDefinitionResource, "managedserviceaccounts.authentication.open-cluster-management.io");
+    const a = agent();
+    await eventually(async () => expect(await hub.list(ManagedServiceAccountResource, { namespace: C }).then(() => "served", (err: Error) => err.message)).toMatch(/404/));
+    const rec = recordingRequests(a.io);
+    const reply = await handleEvent(fn.spec, rec.io, tickEvent());
+    expect(reply.statusCode, reply.body).toBe(204);
+    expect(rec.writes()).toEqual([]);
   });
 });
