@@ -240,13 +240,15 @@ export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[
 }
 
 // The RBAC a function's watches need: get, list and watch on every watched resource, per cluster
-// (cli/render/rbac.ts adds the definition's `writes`).
+// (cli/render/rbac.ts adds the definition's `writes`); a relay's sources, as its configuration spells
+// them, need the same.
 export type RbacRule = { apiGroups?: string[]; resources?: string[]; resourceNames?: string[]; nonResourceURLs?: string[]; verbs: string[] };
-export function watchRules<C>(watches: readonly Watch<C>[]): Map<string, RbacRule[]> {
+export function watchRules(watches: readonly { cluster: string; resource: { group?: string; plural: string } }[]): Map<string, RbacRule[]> {
   const byCluster = new Map<string, Map<string, Set<string>>>();
   for (const w of watches) {
     const groups = byCluster.get(w.cluster) ?? new Map<string, Set<string>>();
-    groups.set(w.resource.group, (groups.get(w.resource.group) ?? new Set()).add(w.resource.plural));
+    const group = w.resource.group ?? "";
+    groups.set(group, (groups.get(group) ?? new Set()).add(w.resource.plural));
     byCluster.set(w.cluster, groups);
   }
   return new Map(

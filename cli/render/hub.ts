@@ -7,7 +7,7 @@ import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.
 import { watchesOf } from "./definitions.ts";
 import { deployedRoles } from "./rbac.ts";
 import { mergeWatches } from "./sources.ts";
-import { stateOf } from "../../shared/sdk.ts";
+import { stateOf, watchRules } from "../../shared/sdk.ts";
 import { InventoryGroup } from "../../shared/api/inventory.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
@@ -53,24 +53,13 @@ type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 
 export const HubSourceName = "ocm-hub-relay";
 
-// A relay's rules: get, list and watch on exactly the watched resources.
-function watchRules(sources: readonly { resource: { group?: string; plural: string } }[]) {
-  const byGroup = new Map<string, Set<string>>();
-  for (const { resource } of sources) {
-    const group = resource.group ?? "";
-    byGroup.set(group, (byGroup.get(group) ?? new Set()).add(resource.plural));
-  }
-  return [...byGroup.entries()]
-    .sort(([a], [b]) => a.localeCompare(b))
-    .map(([group, plurals]) => ({ apiGroups: [group], resources: [...plurals].sort(), verbs: ["get", "list", "watch"] }));
-}
-
-// A relay's identity: a ServiceAccount whose ClusterRole holds its watchRules.
-function sourceIdentity(ns: string, sources: readonly { resource: { group?: string; plural: string } }[], account: string): Manifest[] {
+// A relay's identity on `cluster`: a ServiceAccount whose ClusterRole may get, list and watch exactly
+// what the functions it feeds watch there (shared/sdk.ts watchRules, as every function's own RBAC).
+function sourceIdentity(ns: string, sources: RelayConfigInput["sources"], cluster: string, account: string): Manifest[] {
   const role = `open-cluster-management:functions:${account}`;
   return [
     { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: account, namespace: ns } },
-    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: role }, rules: watchRules(sources) },
+    { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: role }, rules: watchRules(sources ?? []).get(cluster) ?? [] },
     {
       apiVersion: "rbac.authorization.k8s.io/v1",
       kind: "ClusterRoleBinding",
@@ -90,7 +79,7 @@ export function localHubRelayRole(cluster = "hub"): Manifest {
   const watches = readFunctions()
     .filter((f) => f.side === "hub")
     .flatMap((f) => watchesOf(f.name, functionEnv(f, {})).watches.filter((w) => w.cluster === cluster));
-  return { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: `open-cluster-management:functions:${LocalHubRelayIdentity}` }, rules: watchRules(mergeWatches(watches)) };
+  return { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: `open-cluster-management:functions:${LocalHubRelayIdentity}` }, rules: watchRules(watches).get(cluster) ?? [] };
 }
 
 // The relay's configuration for one relay-fed function: the function's watches on the hub, named as its
@@ -110,7 +99,7 @@ function hubRelay(f: Deployed, ns: string, cluster: string, o: HubOptions): Mani
   const name = hubRelayName(f.name);
   const config = hubRelayConfig(f, cluster, o);
   return [
-    ...sourceIdentity(ns, config.sources ?? [], name),
+    ...sourceIdentity(ns, config.sources, cluster, name),
     {
       apiVersion: "sources.knative.dev/v1",
       kind: "ContainerSource",
@@ -158,7 +147,7 @@ function hubSource(fns: readonly Deployed[], ns: string, cluster: string, broker
   const name = HubSourceName;
   const config = hubSourceConfig(fns, cluster, o);
   return [
-    ...sourceIdentity(ns, config.sources ?? [], name),
+    ...sourceIdentity(ns, config.sources, cluster, name),
     {
       apiVersion: "sources.knative.dev/v1",
       kind: "ContainerSource",

@@ -4,7 +4,6 @@
 // as OCM does, its status following the ManagedCluster's (version, claims as properties, Available as
 // ControlPlaneHealthy, Joined), and an access provider with the cluster's API server and CA. A profile
 // goes when its cluster, binding or set does. The root kind is ClusterProfile: a key is one profile.
-import { isDeepStrictEqual } from "node:util";
 import { HubClusterSchema, type HubCluster } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
@@ -170,7 +169,7 @@ export function profileStatus(profile: ClusterProfile, cluster: ManagedCluster, 
     accessProviders,
   };
   for (const list of ["conditions", "properties", "accessProviders"] as const) if (status[list]?.length === 0) delete status[list];
-  return isDeepStrictEqual(status, before) ? before : status;
+  return status;
 }
 
 // Claims as properties. The API takes no empty value and at most 1,024 characters: such a claim is left

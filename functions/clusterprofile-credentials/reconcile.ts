@@ -97,13 +97,9 @@ async function writeCopy(io: Io<Config>, profile: ClusterProfile, name: string, 
 }
 
 // A ManagedServiceAccount's change concerns every profile of its cluster (its namespace).
-function msaKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> | KeysOrSkip {
+async function msaKeys(event: ObjectEvent, io: Io<Config>): Promise<KeysOrSkip> {
   const cluster = event.ref.namespace ?? "";
-  return io
-    .cluster(event.cluster)
-    .list<ClusterProfile>(ClusterProfileResource, { labelSelector: ourProfiles })
-    .then(({ items }) => {
-      const keys = items.filter((p) => (p.metadata.labels?.[ClusterLabel.ClusterName] ?? p.metadata.name) === cluster).map((p) => ({ cluster: event.cluster, namespace: p.metadata.namespace, name: p.metadata.name }));
-      return keys.length > 0 ? keys : { skip: `cluster ${cluster} has no ClusterProfile` };
-    });
+  const { items } = await io.cluster(event.cluster).list<ClusterProfile>(ClusterProfileResource, { labelSelector: ourProfiles });
+  const keys = items.filter((p) => (p.metadata.labels?.[ClusterLabel.ClusterName] ?? p.metadata.name) === cluster).map((p) => ({ cluster: event.cluster, namespace: p.metadata.namespace, name: p.metadata.name }));
+  return keys.length > 0 ? keys : { skip: `cluster ${cluster} has no ClusterProfile` };
 }
