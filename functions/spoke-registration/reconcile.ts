@@ -30,6 +30,7 @@ import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError, isAlreadyExists } from "../../shared/kube/errors.ts";
 import { readCertificate } from "../../shared/pki.ts";
 import { labelsQuery } from "../../shared/selector-query.ts";
+import { keepOrMoveHub } from "./hubs.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentName: fromEnv("AGENT_ID", z.string().min(1).optional()),
@@ -40,6 +41,18 @@ export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   leaseDurationSeconds: fromEnv("CLUSTER_LEASE_DURATION_SECONDS", z.number().int().nonnegative().default(60), asNumber),
   // how long to wait before looking at a pending CSR again when no event arrives
   pendingRecheckMs: z.number().int().positive().default(5_000),
+  // Multiple hubs (./hubs.ts): the Secrets in the agent namespace holding the bootstrap kubeconfigs, in
+  // the order they are tried; none, or at least two, as OCM's --bootstrap-kubeconfigs
+  bootstrapKubeconfigSecrets: fromEnv("BOOTSTRAP_KUBECONFIG_SECRETS", z.array(z.string().min(1)).default([]), asList),
+  // how long the hub may leave the cluster's lease unrenewed, or not answer, before the agent moves on
+  hubConnectionTimeoutSeconds: fromEnv("HUB_CONNECTION_TIMEOUT_SECONDS", z.number().int().positive().default(600), asNumber),
+  hubCheckMs: z.number().int().positive().default(60_000),
+}).superRefine((c, ctx) => {
+  const path = ["bootstrapKubeconfigSecrets"];
+  if (c.bootstrapKubeconfigSecrets.length === 1) ctx.addIssue({ code: "custom", path, message: "expect at least 2 bootstrap kubeconfigs" });
+  for (const own of [c.bootstrapSecret, c.hubSecret, `${c.hubSecret}-pending-csr`]) {
+    if (c.bootstrapKubeconfigSecrets.includes(own)) ctx.addIssue({ code: "custom", path, message: `${own} is one of the agent's own secrets, not a bootstrap kubeconfig of the list` });
+  }
 });
 export type Config = z.infer<typeof ConfigSchema>;
 
@@ -68,7 +81,7 @@ export default defineFunction({
 });
 
 const agentKey = (c: Config): Key => ({ cluster: c.managementCluster, name: c.clusterName });
-const ownSecrets = (c: Config) => [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)];
+const ownSecrets = (c: Config) => [c.bootstrapSecret, c.hubSecret, pendingSecretName(c), ...c.bootstrapKubeconfigSecrets];
 
 // The label selector is the source's; the add-on label is not, so add-on CSRs are skipped here.
 function csrKeys(c: Config, e: ObjectEvent): Key[] | { skip: string } {
@@ -81,6 +94,10 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
   const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
+  if (c.bootstrapKubeconfigSecrets.length > 0) {
+    const moved = await keepOrMoveHub(io, spoke, now, pendingSecretName(c));
+    if (moved) return moved;
+  }
   const bootstrapSecret = await spoke.get<Secret>(SecretResource, c.bootstrapSecret, c.agentNamespace);
   const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
   if (!bootstrapText) {

@@ -33,6 +33,13 @@ export const SubjectAccessReviewResource = {
   plural: "subjectaccessreviews",
   namespaced: false,
 } as const satisfies ApiResource;
+export const SelfSubjectAccessReviewResource = {
+  group: "authorization.k8s.io",
+  version: "v1",
+  kind: "SelfSubjectAccessReview",
+  plural: "selfsubjectaccessreviews",
+  namespaced: false,
+} as const satisfies ApiResource;
 export const CustomResourceDefinitionResource = {
   group: "apiextensions.k8s.io",
   version: "v1",
