@@ -50,6 +50,13 @@ function duration(value: string): Duration {
   return { ms, text: value };
 }
 
+// Whole seconds, as the agent takes them; OCM's Klusterlet API asks at least 180 of its operator's users.
+function hubConnectionTimeout(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1 || n > 86_400) throw new InvalidArgumentError("give whole seconds from 1 to 86400");
+  return n;
+}
+
 // A join token's lifetime: a duration, or 0 for one that never expires (kubeadm's --ttl 0). Left out,
 // it is kubeadm's day (DefaultTokenTtlMs in cli/bootstrap-token.ts, which --help does not load).
 type TokenLifetime = { ms: number | "never"; text: string };
@@ -222,12 +229,15 @@ export const commands: Registration[] = [
       .option("--hub-apiserver <url>", "the hub's API server URL")
       .option("--hub-ca-data <base64>", "the hub's CA certificate, base64 PEM, as ocmf install hub prints it")
       .option("--hub-ca-file <file>", "the hub's CA certificate, a PEM file")
+      .option("--bootstrap-kubeconfigs <files>", "several hubs (OCM's MultipleHubs): their bootstrap kubeconfig files, comma-separated, in the order the agent tries them; it moves down the list when its hub stops accepting it or stops answering", (v: string) => v.split(",").map((s) => s.trim()).filter(Boolean))
+      .option("--hub-connection-timeout-seconds <n>", "with --bootstrap-kubeconfigs: how long the cluster's lease may go unrenewed, or its hub not answer, before the agent moves to the next hub (default 600)", hubConnectionTimeout)
       .addOption(waitOption())
       .addOption(timeoutOption("the wait"))
-      .action(async (f: SpokeFlags & HubConnectionFlags & { wait: WaitLevel; waitTimeout: Duration }) => {
-        const [{ joinSpoke, bootstrapKubeconfigFrom }, { spokeOptions }] = await Promise.all([import("./join.ts"), import("./render-options.ts")]);
-        const bootstrapKubeconfig = bootstrapKubeconfigFrom(f);
-        await joinSpoke(await cli.cluster("spoke"), { bootstrapKubeconfig, render: spokeOptions(f), wait: waiting(f) }, cli.print);
+      .action(async (f: SpokeFlags & HubConnectionFlags & { bootstrapKubeconfigs?: string[]; hubConnectionTimeoutSeconds?: number; wait: WaitLevel; waitTimeout: Duration }) => {
+        const [{ joinSpoke, bootstrapKubeconfigsFrom }, { spokeOptions }] = await Promise.all([import("./join.ts"), import("./render-options.ts")]);
+        const bootstrapKubeconfigs = bootstrapKubeconfigsFrom(f);
+        const render = { ...spokeOptions(f), ...(f.hubConnectionTimeoutSeconds !== undefined ? { hubConnectionTimeoutSeconds: f.hubConnectionTimeoutSeconds } : {}) };
+        await joinSpoke(await cli.cluster("spoke"), { bootstrapKubeconfigs, render, wait: waiting(f) }, cli.print);
       }),
 
   (ocmf, cli) =>

@@ -3,6 +3,7 @@
 // say what the hub admin does next.
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { KubeClient, resourcePath } from "../shared/kube/client.ts";
+import { hubEndpoint } from "../shared/hub-credentials.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { readFileSync } from "node:fs";
 import { applyAll } from "./apply.ts";
@@ -46,7 +47,24 @@ export function bootstrapKubeconfigFrom(f: HubConnectionFlags): string {
   return bootstrapKubeconfig({ server: f.hubApiserver.replace(/\/$/, ""), caPem }, f.hubToken);
 }
 
-export type JoinOptions = { bootstrapKubeconfig: string; render: SpokeOptions & { clusterName: string }; wait: Waiting };
+// One bootstrap kubeconfig, or several (OCM's MultipleHubs: the agent joins the first hub of the list that
+// takes it and moves on down the list, see functions/spoke-registration/hubs.ts).
+export type JoinOptions = { bootstrapKubeconfigs: readonly string[]; render: SpokeOptions & { clusterName: string }; wait: Waiting };
+
+// --bootstrap-kubeconfigs: files, in the order the agent tries their hubs.
+export function bootstrapKubeconfigsFrom(f: HubConnectionFlags & { bootstrapKubeconfigs?: string[]; hubConnectionTimeoutSeconds?: number }): string[] {
+  if (!f.bootstrapKubeconfigs) {
+    if (f.hubConnectionTimeoutSeconds !== undefined) throw new Error("--hub-connection-timeout-seconds is for several hubs: give them with --bootstrap-kubeconfigs");
+    return [bootstrapKubeconfigFrom(f)];
+  }
+  if (f.hubKubeconfig || f.hubToken || f.hubApiserver || f.hubCaData || f.hubCaFile) throw new Error("give the hubs with --bootstrap-kubeconfigs, or one hub with --hub-kubeconfig or --hub-token, not both");
+  if (f.bootstrapKubeconfigs.length < 2) throw new Error("--bootstrap-kubeconfigs takes at least two kubeconfig files, comma-separated; for one hub use --hub-kubeconfig");
+  const texts = f.bootstrapKubeconfigs.map((file) => readBootstrapKubeconfig(file));
+  const servers = texts.map((t) => hubEndpoint(t).server);
+  const twice = servers.find((s, i) => servers.indexOf(s) !== i);
+  if (twice) throw new Error(`--bootstrap-kubeconfigs names the hub at ${twice} twice: the agent tells its hubs apart by their URL`);
+  return texts;
+}
 
 // The bootstrap identity may list ManagedClusters (manifests/hub/bootstrap-rbac.yaml): a list proves
 // the hub is reachable, trusts the credentials, and has OCM installed.
@@ -66,23 +84,30 @@ async function checkHub(bootstrap: KubeClient): Promise<void> {
 
 export async function joinSpoke(spoke: KubeClient, o: JoinOptions, print: (line: string) => void): Promise<void> {
   const cluster = o.render.clusterName;
-  const bootstrap = KubeClient.fromKubeconfig(o.bootstrapKubeconfig);
+  const several = o.bootstrapKubeconfigs.length > 1;
+  const hubs = o.bootstrapKubeconfigs.map((k) => KubeClient.fromKubeconfig(k));
   try {
-    await checkHub(bootstrap);
-    const objects = renderSpoke({ ...o.render, bootstrapKubeconfig: o.bootstrapKubeconfig });
+    // One hub must answer; with several, the agent passes over those that do not, so each is only said.
+    const answers = await Promise.allSettled(hubs.map(checkHub));
+    const failures = answers.flatMap((a) => (a.status === "rejected" ? [(a.reason as Error).message] : []));
+    if (failures.length === hubs.length) throw new Error(failures.join("; "));
+    for (const f of failures) print(`warning: ${f}; the agent passes over that hub until it answers`);
+    const objects = renderSpoke({ ...o.render, ...(several ? { bootstrapKubeconfigs: o.bootstrapKubeconfigs } : { bootstrapKubeconfig: o.bootstrapKubeconfigs[0]! }) });
     await refuseMissingKinds(spoke, objects, "spoke");
-    print(`joining ${spoke.server} to the hub at ${bootstrap.server} as cluster ${cluster}: ${objects.length} objects, --wait ${o.wait.level}`);
+    print(`joining ${spoke.server} to ${several ? `the first usable of the hubs at ${hubs.map((h) => h.server).join(", ")}` : `the hub at ${hubs[0]!.server}`} as cluster ${cluster}: ${objects.length} objects, --wait ${o.wait.level}`);
     const deadline = Date.now() + o.wait.timeoutMs;
     await applyAll(spoke, objects, { waitForCrds: o.wait.level !== "none", deadline, print });
     let accepted: boolean | undefined;
     if (o.wait.level === "all") {
       await waitUntilReady(spoke, objects, { deadline, timeoutText: o.wait.timeoutText, print });
       // The agent runs: its first act is to register the cluster on the hub, as the bootstrap identity sees.
-      print(`waiting (--wait all): cluster ${cluster} registered on the hub`);
+      print(`waiting (--wait all): cluster ${cluster} registered on ${several ? "a hub" : "the hub"}`);
       for (let delay = 500; ; delay = Math.min(delay * 1.5, 3_000)) {
-        const mc = await bootstrap.get<ManagedCluster & { metadata: { name: string } }>(ManagedClusterResource, cluster);
-        if (mc) {
-          accepted = mc.spec?.hubAcceptsClient === true;
+        const found = await Promise.all(hubs.map((h) => h.get<ManagedCluster & { metadata: { name: string } }>(ManagedClusterResource, cluster).catch(() => undefined)));
+        const at = found.findIndex((mc) => mc !== undefined);
+        if (at >= 0) {
+          accepted = found[at]!.spec?.hubAcceptsClient === true;
+          if (several) print(`cluster ${cluster} registered on the hub at ${hubs[at]!.server}`);
           break;
         }
         if (Date.now() > deadline) throw new Error(`not ready after ${o.wait.timeoutText}: the agent has not registered cluster ${cluster} on the hub`);
@@ -98,6 +123,6 @@ export async function joinSpoke(spoke: KubeClient, o: JoinOptions, print: (line:
       print(`    ocmf accept --clusters ${cluster}`);
     }
   } finally {
-    bootstrap.close();
+    for (const h of hubs) h.close();
   }
 }

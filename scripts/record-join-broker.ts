@@ -29,7 +29,7 @@ const env = await startEventingHub({ autoApprove: CLUSTER, resyncSeconds: 60, lo
 try {
   const records = join(env.work, "records");
   mkdirSync(records, { recursive: true });
-  await joinSpoke(env.spokeAdmin, { bootstrapKubeconfig: readFileSync(env.bootstrapKubeconfig, "utf8"), render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, console.log);
+  await joinSpoke(env.spokeAdmin, { bootstrapKubeconfigs: [readFileSync(env.bootstrapKubeconfig, "utf8")], render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, console.log);
   const spoke = await runDeployed({ cluster: env.spoke, namespace: AgentNamespaceDefault, dist: env.dist, runDir: join(env.work, "run-spoke"), recordDir: records });
   try {
     const deadline = Date.now() + 180_000;

@@ -90,7 +90,7 @@ describe("the hub's functions as pods on a node, invoked through Knative Eventin
   }, 60_000);
 
   it("a spoke joins: it registers, a function pod deleted mid-join comes back, the cluster is accepted, Joined and Available", async () => {
-    await joinSpoke(env.spokeAdmin, { bootstrapKubeconfig: readFileSync(env.bootstrapKubeconfig, "utf8"), render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, () => {});
+    await joinSpoke(env.spokeAdmin, { bootstrapKubeconfigs: [readFileSync(env.bootstrapKubeconfig, "utf8")], render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, () => {});
     spokeRun = await runDeployed({ cluster: env.spoke, namespace: AgentNamespaceDefault, dist: env.dist, runDir: join(env.work, "run-spoke") });
     await eventually(async () => expect(await cluster()).toBeDefined(), { timeoutMs: 60_000 });
     // A short lease, as an admin may set it (the heartbeat reads it before each renewal, so before the

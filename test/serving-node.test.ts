@@ -148,7 +148,7 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
   }, 30_000);
 
   it("a spoke joins: it registers, is accepted, Joined and Available, every hub reconcile done by a Knative revision's pod", async () => {
-    await joinSpoke(env.spokeAdmin, { bootstrapKubeconfig: readFileSync(env.bootstrapKubeconfig, "utf8"), render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, () => {});
+    await joinSpoke(env.spokeAdmin, { bootstrapKubeconfigs: [readFileSync(env.bootstrapKubeconfig, "utf8")], render: { clusterName: CLUSTER }, wait: { level: "crds", timeoutMs: 120_000, timeoutText: "2 minutes" } }, () => {});
     spokeRun = await runDeployed({ cluster: env.spoke, namespace: AgentNamespaceDefault, dist: env.dist, runDir: join(env.work, "run-spoke") });
     await eventually(async () => expect(await cluster()).toBeDefined(), { timeoutMs: 60_000 });
     // A short lease, as an admin may set it: renewals every 2 s, and the hub's grace is 10 s.

@@ -38,6 +38,10 @@ export type SpokeOptions = CommonOptions & {
   clusterName?: string; // the ManagedCluster's name (OCM's --spoke-cluster-name); default cluster1
   externalServerUrls?: readonly string[]; // the spoke API server's URLs the hub is told (--spoke-external-server-urls)
   bootstrapKubeconfig?: string; // a kubeconfig for the hub: rendered as the bootstrap-hub-kubeconfig Secret
+  // several hubs, in the order they are tried (OCM's MultipleHubs): each rendered as a Secret of its own
+  // (multipleHubSecretName); spoke-registration copies the chosen one into bootstrap-hub-kubeconfig
+  bootstrapKubeconfigs?: readonly string[];
+  hubConnectionTimeoutSeconds?: number; // with bootstrapKubeconfigs: OCM's --hub-connection-timeout-seconds
   resyncSeconds?: number; // the relay's resync ticks; default 60
 };
 
@@ -47,10 +51,15 @@ export const HeartbeatName = "ocm-heartbeat";
 export const HeartbeatAccount = "heartbeat";
 const HEARTBEAT_HEALTH_PORT = 8000;
 
+// The Secret of the i-th hub (from 0, as the agent's log lines count them) when there are several.
+export const multipleHubSecretName = (i: number) => `${BootstrapSecretName}-${i}`;
+
 // What fills the spoke functions' {{ env:NAME }} placeholders.
 export const spokeEnvValues = (o: SpokeOptions): Record<string, string> => ({
   SPOKE_CLUSTER_NAME: o.clusterName ?? "cluster1",
   SPOKE_EXTERNAL_SERVER_URLS: (o.externalServerUrls ?? []).join(","),
+  BOOTSTRAP_KUBECONFIG_SECRETS: (o.bootstrapKubeconfigs ?? []).map((_, i) => multipleHubSecretName(i)).join(","),
+  HUB_CONNECTION_TIMEOUT_SECONDS: o.hubConnectionTimeoutSeconds === undefined ? "" : String(o.hubConnectionTimeoutSeconds),
   ...o.env,
 });
 
@@ -163,14 +172,18 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
 
   // and the add-on namespace, as OCM's klusterlet makes it (managed-serviceaccount's ServiceAccounts live there)
   const objects: Manifest[] = [namespace(ns), namespace(DefaultAddOnInstallNamespace), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
-  if (o.bootstrapKubeconfig !== undefined)
-    objects.push({
-      apiVersion: "v1",
-      kind: "Secret",
-      metadata: { name: BootstrapSecretName, namespace: ns },
-      type: "Opaque",
-      data: { [HubSecretKey.Kubeconfig]: Buffer.from(o.bootstrapKubeconfig).toString("base64") },
-    });
+  const hubs = o.bootstrapKubeconfigs ?? [];
+  if (hubs.length === 1 || (hubs.length > 0 && o.bootstrapKubeconfig !== undefined)) throw new Error("several hubs take at least two bootstrap kubeconfigs, and no single one beside them");
+  if (o.hubConnectionTimeoutSeconds !== undefined && hubs.length === 0) throw new Error("a hub connection timeout needs several hubs");
+  const bootstrapSecret = (name: string, kubeconfig: string): Manifest => ({
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: { name, namespace: ns },
+    type: "Opaque",
+    data: { [HubSecretKey.Kubeconfig]: Buffer.from(kubeconfig).toString("base64") },
+  });
+  if (o.bootstrapKubeconfig !== undefined) objects.push(bootstrapSecret(BootstrapSecretName, o.bootstrapKubeconfig));
+  hubs.forEach((kubeconfig, i) => objects.push(bootstrapSecret(multipleHubSecretName(i), kubeconfig)));
   for (const f of fns) {
     objects.push(
       ...identity({ account: f.deploy.serviceAccountName, namespace: ns, roles: deployedRoles(f) }),

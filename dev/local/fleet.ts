@@ -17,6 +17,7 @@ import { startRelay, type Relay, type RelayOptions } from "../../components/rela
 import { agentSettingsCheckpoint, hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
 import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
 import { readFunctions, type FunctionDeployment } from "../../cli/render/func-yaml.ts";
+import { multipleHubSecretName } from "../../cli/render/spoke.ts";
 import { definitionOf } from "../../cli/render/definitions.ts";
 import { functionEnv } from "../../cli/render/objects.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
@@ -27,7 +28,9 @@ import { startHelloworldAgent } from "./helloworld-agent.ts";
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
 
 // name: the ManagedCluster's name; controlPlane: the local cluster it runs on (default: the same name).
-export type SpokeOptions = { name: string; autoApprove: boolean; controlPlane?: string };
+// moreHubs: bootstrap kubeconfigs of other hubs, tried after this fleet's own (OCM's MultipleHubs), with
+// hubConnectionTimeoutSeconds (functions/spoke-registration/hubs.ts).
+export type SpokeOptions = { name: string; autoApprove: boolean; controlPlane?: string; moreHubs?: readonly string[]; hubConnectionTimeoutSeconds?: number };
 export type FleetOptions = {
   spokes: readonly SpokeOptions[];
   resyncMs?: number; // relay ticks; functions also ask to be called back through x-recheck-after-ms
@@ -145,10 +148,12 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     const spoke = clusters.get(plane);
     const admin = KubeClient.fromKubeconfig(spoke.adminKubeconfig);
     await admin.create(NamespaceResource, { metadata: { name: AgentNamespaceDefault } }).catch(() => undefined);
-    await admin.create(SecretResource, {
-      metadata: { name: BootstrapSecretName, namespace: AgentNamespaceDefault },
-      data: { kubeconfig: Buffer.from(tokens.get(s.name)!.kubeconfig).toString("base64") },
-    });
+    // One hub: its bootstrap kubeconfig. Several: one Secret each, in order, this fleet's hub first.
+    const kubeconfigs = [tokens.get(s.name)!.kubeconfig, ...(s.moreHubs ?? [])];
+    const secretNames = s.moreHubs?.length ? kubeconfigs.map((_, i) => multipleHubSecretName(i)) : [BootstrapSecretName];
+    for (const [i, name] of secretNames.entries()) {
+      await admin.create(SecretResource, { metadata: { name, namespace: AgentNamespaceDefault }, data: { kubeconfig: Buffer.from(kubeconfigs[i]!).toString("base64") } });
+    }
     if (o.nodes !== false) await createNodes(admin);
     admin.close();
     const asSpoke = async (fn: string) => ({ [plane]: await identityFor(spoke, fn) });
@@ -158,6 +163,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
       SPOKE_CLUSTER_NAME: s.name,
       SPOKE_EXTERNAL_SERVER_URLS: spoke.url,
       ...(o.leaseDurationSeconds === undefined ? {} : { CLUSTER_LEASE_DURATION_SECONDS: String(o.leaseDurationSeconds) }),
+      ...(s.moreHubs?.length ? { BOOTSTRAP_KUBECONFIG_SECRETS: secretNames.join(",") } : {}),
+      ...(s.hubConnectionTimeoutSeconds === undefined ? {} : { HUB_CONNECTION_TIMEOUT_SECONDS: String(s.hubConnectionTimeoutSeconds) }),
       OCM_KUBECONFIG_DIR: "",
     });
     const sinks = await Promise.all(spokeFunctions.map(async (f) => f.serve(s.name, await asSpoke(f.name))));

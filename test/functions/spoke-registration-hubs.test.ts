@@ -215,7 +215,7 @@ describe("moving between hubs", () => {
       const down = new Date();
       agent.clock.set(down);
       expect(await agent.reconcile()).toEqual({ recheckInMs: 60_000 });
-      expect((await secret(agent.config.bootstrapSecret))?.metadata.annotations?.[UnreachableSinceAnnotation]).toBe(down.toISOString());
+      expect(((await secret(agent.config.bootstrapSecret))?.metadata.annotations as Record<string, string> | undefined)?.[UnreachableSinceAnnotation]).toBe(down.toISOString());
       agent.clock.set(new Date(down.getTime() + 170_000));
       expect(await agent.reconcile()).toEqual({ recheckInMs: 30_000 });
       expect(await selectedHub(agent)).toBe("hub-a");
