@@ -187,7 +187,7 @@ describe("a render", () => {
     const service = of<KService>(objects, "Service").find((s) => s.metadata.name === name)!;
     const { spec } = service.spec.template;
     expect(spec.serviceAccountName).toBe(f.deploy.serviceAccountName);
-    const filled: Record<string, string> = { "{{ env:SPOKE_CLUSTER_NAME }}": "edge-7", "{{ env:SPOKE_EXTERNAL_SERVER_URLS }}": "https://edge-7.example:6443" };
+    const filled: Record<string, string> = { "{{ env:SPOKE_CLUSTER_NAME }}": "edge-7", "{{ env:SPOKE_EXTERNAL_SERVER_URLS }}": "https://edge-7.example:6443", "{{ env:BOOTSTRAP_KUBECONFIG_SECRETS }}": "", "{{ env:HUB_CONNECTION_TIMEOUT_SECONDS }}": "" };
     // a function a Broker feeds answers a recheck with a CloudEvent (shared/harness.ts Rechecks)
     const rechecks = isRelayFed(f) || isSpokeRelayFed(f) ? [] : [{ name: RechecksVariable, value: "event" }];
     expect(spec.containers[0]!.env).toEqual([...f.run.envs.map((e) => ({ name: e.name, value: filled[e.value] ?? e.value })), ...rechecks]);
@@ -266,6 +266,22 @@ describe("a render", () => {
     const secret = of<Manifest & { data: Record<string, string> }>(custom, "Secret")[0]!;
     expect([secret.metadata.name, Buffer.from(secret.data.kubeconfig!, "base64").toString()]).toEqual(["bootstrap-hub-kubeconfig", "apiVersion: v1\nkind: Config\n"]);
     expect(of(renderSpoke(), "Secret")).toEqual([]);
+  });
+
+  it("renders several hubs as one bootstrap kubeconfig Secret each, in order, named in spoke-registration's list with the timeout", () => {
+    const objects = renderSpoke({ bootstrapKubeconfigs: ["kind: Config # A\n", "kind: Config # B\n"], hubConnectionTimeoutSeconds: 300 });
+    const secrets = of<Manifest & { data: Record<string, string> }>(objects, "Secret");
+    expect(secrets.map((s) => [s.metadata.name, Buffer.from(s.data.kubeconfig!, "base64").toString()])).toEqual([
+      ["bootstrap-hub-kubeconfig-0", "kind: Config # A\n"],
+      ["bootstrap-hub-kubeconfig-1", "kind: Config # B\n"],
+    ]);
+    const env = (fn: string) => of<KService>(objects, "Service").find((s) => s.metadata.name === fn)!.spec.template.spec.containers[0]!.env!;
+    expect(env("spoke-registration")).toEqual(expect.arrayContaining([
+      { name: "BOOTSTRAP_KUBECONFIG_SECRETS", value: "bootstrap-hub-kubeconfig-0,bootstrap-hub-kubeconfig-1" },
+      { name: "HUB_CONNECTION_TIMEOUT_SECONDS", value: "300" },
+    ]));
+    expect(() => renderSpoke({ bootstrapKubeconfigs: ["kind: Config\n"] })).toThrow("several hubs take at least two bootstrap kubeconfigs");
+    expect(() => renderSpoke({ hubConnectionTimeoutSeconds: 300 })).toThrow("a hub connection timeout needs several hubs");
   });
 });
 

@@ -153,6 +153,9 @@ function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerN
 }
 
 export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
+  const hubs = o.bootstrapKubeconfigs ?? [];
+  if (hubs.length === 1 || (hubs.length > 0 && o.bootstrapKubeconfig !== undefined)) throw new Error("several hubs take at least two bootstrap kubeconfigs, and no single one beside them");
+  if (o.hubConnectionTimeoutSeconds !== undefined && hubs.length === 0) throw new Error("a hub connection timeout needs several hubs");
   const clusterName = o.clusterName ?? "cluster1";
   const values = spokeEnvValues(o);
   const fns: Deployed[] = readFunctions()
@@ -172,9 +175,6 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
 
   // and the add-on namespace, as OCM's klusterlet makes it (managed-serviceaccount's ServiceAccounts live there)
   const objects: Manifest[] = [namespace(ns), namespace(DefaultAddOnInstallNamespace), ...ocmCrds().filter(isSpokeCrd), broker(brokerName, ns, o)];
-  const hubs = o.bootstrapKubeconfigs ?? [];
-  if (hubs.length === 1 || (hubs.length > 0 && o.bootstrapKubeconfig !== undefined)) throw new Error("several hubs take at least two bootstrap kubeconfigs, and no single one beside them");
-  if (o.hubConnectionTimeoutSeconds !== undefined && hubs.length === 0) throw new Error("a hub connection timeout needs several hubs");
   const bootstrapSecret = (name: string, kubeconfig: string): Manifest => ({
     apiVersion: "v1",
     kind: "Secret",
