@@ -187,7 +187,7 @@ describe("a render", () => {
     const service = of<KService>(objects, "Service").find((s) => s.metadata.name === name)!;
     const { spec } = service.spec.template;
     expect(spec.serviceAccountName).toBe(f.deploy.serviceAccountName);
-    const filled: Record<string, string> = { "{{ env:SPOKE_CLUSTER_NAME }}": "edge-7", "{{ env:SPOKE_EXTERNAL_SERVER_URLS }}": "https://edge-7.example:6443", "{{ env:BOOTSTRAP_KUBECONFIG_SECRETS }}": "", "{{ env:HUB_CONNECTION_TIMEOUT_SECONDS }}": "" };
+    const filled: Record<string, string> = { "{{ env:SPOKE_CLUSTER_NAME }}": "edge-7", "{{ env:SPOKE_EXTERNAL_SERVER_URLS }}": "https://edge-7.example:6443" };
     // a function a Broker feeds answers a recheck with a CloudEvent (shared/harness.ts Rechecks)
     const rechecks = isRelayFed(f) || isSpokeRelayFed(f) ? [] : [{ name: RechecksVariable, value: "event" }];
     expect(spec.containers[0]!.env).toEqual([...f.run.envs.map((e) => ({ name: e.name, value: filled[e.value] ?? e.value })), ...rechecks]);
