@@ -18,6 +18,9 @@ export type HubSettings = z.infer<typeof HubSettingsSchema>;
 export const SpokeAgentSettingsSchema = z.object({
   managementCluster: fromEnv("OCM_CLUSTER_NAME", z.string().min(1).default("spoke")), // the spoke's name in events: where the agent's secrets live (the spoke itself unless Hosted)
   hubCluster: fromEnv("OCM_HUB_CLUSTER_NAME", z.string().min(1).default("hub")), // the hub's name in events
+  // Hosted mode: the name in events of the managed cluster, what the agent reports on and applies work to,
+  // when it is not the management cluster (docs/agent-modes.md)
+  managedCluster: fromEnv("OCM_MANAGED_CLUSTER_NAME", z.string().min(1).optional()),
   clusterName: fromEnv("SPOKE_CLUSTER_NAME", z.string().min(1)), // the ManagedCluster's name (--spoke-cluster-name)
   agentNamespace: fromEnv("AGENT_NAMESPACE", z.string().default(AgentNamespaceDefault)),
   bootstrapSecret: fromEnv("BOOTSTRAP_SECRET", z.string().default(BootstrapSecretName)),
@@ -27,3 +30,6 @@ export const SpokeAgentSettingsSchema = z.object({
 // Hub functions that need only to know which cluster is the hub.
 export const HubClusterSchema = HubSettingsSchema.pick({ hubCluster: true });
 export type HubCluster = z.infer<typeof HubClusterSchema>;
+
+// The cluster a spoke agent reports on and applies work to: the management cluster itself in Default mode.
+export const managedClusterOf = (c: { managementCluster: string; managedCluster?: string }): string => c.managedCluster ?? c.managementCluster;

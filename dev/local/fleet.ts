@@ -29,8 +29,11 @@ const manifests = join(import.meta.dirname, "..", "..", "manifests");
 
 // name: the ManagedCluster's name; controlPlane: the local cluster it runs on (default: the same name).
 // moreHubs: bootstrap kubeconfigs of other hubs, tried after this fleet's own (OCM's MultipleHubs), with
-// hubConnectionTimeoutSeconds (functions/spoke-registration/hubs.ts).
-export type SpokeOptions = { name: string; autoApprove: boolean; controlPlane?: string; moreHubs?: readonly string[]; hubConnectionTimeoutSeconds?: number };
+// hubConnectionTimeoutSeconds (functions/spoke-registration/hubs.ts). managedPlane: Hosted mode, the
+// control plane the agent reports on and applies work to, reached with that plane's admin kubeconfig
+// (OCM's external-managed-kubeconfig); controlPlane is then the management cluster, where all of the
+// agent runs and nothing of it is put on the managed one.
+export type SpokeOptions = { name: string; autoApprove: boolean; controlPlane?: string; managedPlane?: string; moreHubs?: readonly string[]; hubConnectionTimeoutSeconds?: number };
 export type FleetOptions = {
   spokes: readonly SpokeOptions[];
   resyncMs?: number; // relay ticks; functions also ask to be called back through x-recheck-after-ms
@@ -62,7 +65,7 @@ export type Fleet = {
 
 export async function startFleet(o: FleetOptions): Promise<Fleet> {
   const planeOf = (s: SpokeOptions) => s.controlPlane ?? s.name;
-  const clusters = o.clusters ?? (await startClusters({ names: ["hub", ...new Set(o.spokes.map(planeOf))] }));
+  const clusters = o.clusters ?? (await startClusters({ names: ["hub", ...new Set(o.spokes.flatMap((s) => [planeOf(s), ...(s.managedPlane ? [s.managedPlane] : [])]))] }));
   const hubCluster = clusters.get("hub");
   const hub = KubeClient.fromKubeconfig(hubCluster.adminKubeconfig);
   const clock = o.clock ?? systemClock;
@@ -154,14 +157,21 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     for (const [i, name] of secretNames.entries()) {
       await admin.create(SecretResource, { metadata: { name, namespace: AgentNamespaceDefault }, data: { kubeconfig: Buffer.from(kubeconfigs[i]!).toString("base64") } });
     }
-    if (o.nodes !== false) await createNodes(admin);
+    const managed = s.managedPlane ? clusters.get(s.managedPlane) : undefined;
+    if (o.nodes !== false) {
+      const onManaged = managed ? KubeClient.fromKubeconfig(managed.adminKubeconfig) : admin;
+      await createNodes(onManaged);
+      if (onManaged !== admin) onManaged.close();
+    }
     admin.close();
-    const asSpoke = async (fn: string) => ({ [plane]: await identityFor(spoke, fn) });
+    const managedCredentials = managed ? { [managed.name]: managed.adminKubeconfig } : {};
+    const asSpoke = async (fn: string) => ({ [plane]: await identityFor(spoke, fn), ...managedCredentials });
     const spokeFunctions = functionsOf("spoke", {
       OCM_CLUSTER_NAME: plane,
       OCM_HUB_CLUSTER_NAME: "hub",
+      ...(managed ? { OCM_MANAGED_CLUSTER_NAME: managed.name } : {}),
       SPOKE_CLUSTER_NAME: s.name,
-      SPOKE_EXTERNAL_SERVER_URLS: spoke.url,
+      SPOKE_EXTERNAL_SERVER_URLS: (managed ?? spoke).url,
       ...(o.leaseDurationSeconds === undefined ? {} : { CLUSTER_LEASE_DURATION_SECONDS: String(o.leaseDurationSeconds) }),
       ...(s.moreHubs?.length ? { BOOTSTRAP_KUBECONFIG_SECRETS: secretNames.join(",") } : {}),
       ...(s.hubConnectionTimeoutSeconds === undefined ? {} : { HUB_CONNECTION_TIMEOUT_SECONDS: String(s.hubConnectionTimeoutSeconds) }),
@@ -169,7 +179,11 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     });
     const sinks = await Promise.all(spokeFunctions.map(async (f) => f.serve(s.name, await asSpoke(f.name))));
     relayOptions.set(s.name, {
-      clusters: { [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") }, hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault) },
+      clusters: {
+        [plane]: { kubeconfig: await identityFor(spoke, "relay-spoke") },
+        hub: hubCredentialsFromAgentSecrets(plane, AgentNamespaceDefault),
+        ...(managed ? { [managed.name]: { kubeconfig: managed.adminKubeconfig } } : {}),
+      },
       // the definitions' watches, merged as the spoke's deployed relay merges them
       sources: mergeWatches(spokeFunctions.flatMap((f) => f.watches)),
       sinks,

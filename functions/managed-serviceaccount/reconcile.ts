@@ -7,7 +7,7 @@
 // own (its registration's hub kubeconfig, with the hub permissions its template grants in the cluster's
 // namespace once the add-on is enabled there). The root kind is ManagedServiceAccount on the hub.
 import { z } from "zod";
-import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
 import { fromEnv } from "../../shared/env-settings.ts";
 import { asAgent } from "../../shared/agent-hub.ts";
 import { clientWithSecretFiles, secretText, withAgentHub, type Secret } from "../../shared/hub-credentials.ts";
@@ -52,7 +52,7 @@ export default defineFunction({
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedServiceAccountResource, namespace: c.clusterName, root: true, changes: ["spec", "metadata.deletionTimestamp"] },
     // one of ours deleted by hand is made again, with a new token
-    { cluster: c.managementCluster, resource: ServiceAccountResource, namespace: c.msaNamespace, labelSelector: ours, verbs: ["delete"], keys: (e) => [keyOf(c, e.ref.name)] },
+    { cluster: managedClusterOf(c), resource: ServiceAccountResource, namespace: c.msaNamespace, labelSelector: ours, verbs: ["delete"], keys: (e) => [keyOf(c, e.ref.name)] },
     // the add-on enabled here, its registration done: every ManagedServiceAccount is reported now (its
     // hub kubeconfig is not watched itself: a second namespace of secrets would widen the relay's watch
     // of them to the whole cluster)
@@ -63,9 +63,9 @@ export default defineFunction({
   // managed-serviceaccount on the spoke: its ServiceAccounts and their tokens in the add-on's namespace,
   // the add-on's hub kubeconfig there, and the agent's secrets for the cluster's identity. On the hub it acts as the add-on's identity only.
   writes: (c) => [
-    { cluster: c.managementCluster, namespace: c.msaNamespace, why: "the ServiceAccounts of the hub's ManagedServiceAccounts", apiGroups: [""], resources: ["serviceaccounts"], verbs: ["create", "delete"] },
-    { cluster: c.managementCluster, namespace: c.msaNamespace, why: "their tokens (TokenRequest)", apiGroups: [""], resources: ["serviceaccounts/token"], verbs: ["create"] },
-    { cluster: c.managementCluster, namespace: c.msaNamespace, why: "the add-on's hub kubeconfig", apiGroups: [""], resources: ["secrets"], resourceNames: [addOnHubSecretName], verbs: ["get"] },
+    { cluster: managedClusterOf(c), namespace: c.msaNamespace, why: "the ServiceAccounts of the hub's ManagedServiceAccounts", apiGroups: [""], resources: ["serviceaccounts"], verbs: ["create", "delete"] },
+    { cluster: managedClusterOf(c), namespace: c.msaNamespace, why: "their tokens (TokenRequest)", apiGroups: [""], resources: ["serviceaccounts/token"], verbs: ["create"] },
+    { cluster: managedClusterOf(c), namespace: c.msaNamespace, why: "the add-on's hub kubeconfig", apiGroups: [""], resources: ["secrets"], resourceNames: [addOnHubSecretName], verbs: ["get"] },
     { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
   ],
   reconcile,
@@ -77,7 +77,8 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
   return asAgent(
     io,
-    async ({ hub, spoke, now }) => {
+    // the accounts, their tokens and the add-on's hub kubeconfig are on the managed cluster
+    async ({ hub, managed: spoke, now }) => {
       const msa = await hub.get<ManagedServiceAccount>(ManagedServiceAccountResource, key.name, c.clusterName);
       if (!msa || msa.metadata.deletionTimestamp) return removeServiceAccount(io, spoke, key.name);
       const addOnHub = await addOnHubClient(spoke, c);

@@ -18,6 +18,7 @@ import { isConflict } from "../../shared/kube/errors.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import type { ObjectEvent } from "../../shared/events.ts";
 import { asAgent } from "../../shared/agent-hub.ts";
+import { managedClusterOf } from "../../shared/settings.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
@@ -51,10 +52,10 @@ export default defineFunction({
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterResource, fieldSelector: fieldSelectorOf({ "metadata.name": c.clusterName }), mode: "Resource", keys: (e) => (e.ref.name === c.clusterName ? [clusterKey(c)] : skipOf(e)) },
     { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Either", keys: (e) => (e.ref.name === c.hubSecret ? [clusterKey(c)] : skipOf(e)) },
-    { cluster: c.managementCluster, resource: NodeResource, mode: "Either", keys: () => [clusterKey(c)] },
-    { cluster: c.managementCluster, resource: ClusterClaimResource, mode: "Either", keys: () => [clusterKey(c)] },
+    { cluster: managedClusterOf(c), resource: NodeResource, mode: "Either", keys: () => [clusterKey(c)] },
+    { cluster: managedClusterOf(c), resource: ClusterClaimResource, mode: "Either", keys: () => [clusterKey(c)] },
     // a managed namespace deleted or relabelled by someone else is put back (steps/managed-namespaces.ts)
-    { cluster: c.managementCluster, resource: NamespaceResource, mode: "Resource", keys: (e) => (isManagedNamespace(e.object) ? [clusterKey(c)] : skipOf(e)) },
+    { cluster: managedClusterOf(c), resource: NamespaceResource, mode: "Resource", keys: (e) => (isManagedNamespace(e.object) ? [clusterKey(c)] : skipOf(e)) },
   ],
   resyncSeconds: 60,
   // the cluster's key whatever cluster the tick names: it is the only thing this function reconciles
@@ -66,8 +67,8 @@ export default defineFunction({
   writes: (c) => [
     { cluster: c.managementCluster, namespace: c.agentNamespace, why: "<cluster>-kube-apiserver-probe: when the current run of failed health probes began. get also reads the agent-config checkpoint and agent-health; create makes agent-health when no one has yet", apiGroups: [""], resources: ["configmaps"], verbs: ["get", "create", "update", "delete"] },
     { cluster: c.managementCluster, namespace: c.agentNamespace, why: "key statusSync of agent-health, merged in when its hash or outcome changes", apiGroups: [""], resources: ["configmaps"], resourceNames: ["agent-health"], verbs: ["patch"] },
-    { cluster: c.managementCluster, why: "the managed namespaces of the cluster's sets: read and created; labelled (a merge patch of one label) clusterset.open-cluster-management.io/<hub hash> \"true\", or \"false\" once one leaves the list, found by a list on that label. Never deleted, so no delete.", apiGroups: [""], resources: ["namespaces"], verbs: ["create", "patch"] },
-    { cluster: c.managementCluster, role: "kube-apiserver-probe", why: "the health and version endpoints: stock clusters grant them to every authenticated user, hardened ones do not", nonResourceURLs: ["/livez", "/healthz", "/version"], verbs: ["get"] },
+    { cluster: managedClusterOf(c), why: "the managed namespaces of the cluster's sets: read and created; labelled (a merge patch of one label) clusterset.open-cluster-management.io/<hub hash> \"true\", or \"false\" once one leaves the list, found by a list on that label. Never deleted, so no delete.", apiGroups: [""], resources: ["namespaces"], verbs: ["create", "patch"] },
+    { cluster: managedClusterOf(c), role: "kube-apiserver-probe", why: "the health and version endpoints: stock clusters grant them to every authenticated user, hardened ones do not", nonResourceURLs: ["/livez", "/healthz", "/version"], verbs: ["get"] },
   ],
   reconcile,
 });
@@ -77,12 +78,12 @@ const skipOf = (e: ObjectEvent) => ({ skip: `not this cluster's object: ${e.ref.
 
 export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
-  return asAgent(io, async ({ hub, spoke, now }) => {
+  return asAgent(io, async ({ hub, spoke, managed, now }) => {
     const active = await readActiveSettings(spoke, c.agentNamespace);
     const settings = statusSettings(c, active.hash, active.settings);
     let synced: Synced;
     try {
-      synced = await syncStatus({ now, hub, spoke, io, notices: [], settings });
+      synced = await syncStatus({ now, hub, spoke, managed, io, notices: [], settings });
     } catch (err) {
       // A conflict is someone else's write: the harness's retry re-reads and says how this one went.
       if (!isConflict(err)) {

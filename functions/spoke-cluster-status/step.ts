@@ -9,7 +9,8 @@ import type { Config } from "./config.ts";
 export type Status = NonNullable<ManagedCluster["status"]>;
 // An event for the hub, recorded in namespace <cluster> about the ManagedCluster once the status is settled.
 export type Notice = { type: EventType; reason: string; message: string };
-export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; io: Io<Config>; notices: Notice[]; settings: StatusSettings; cluster: ManagedCluster };
+// spoke: the management cluster (the agent's records); managed: the cluster reported on (the same but Hosted).
+export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; managed: KubeClient; io: Io<Config>; notices: Notice[]; settings: StatusSettings; cluster: ManagedCluster };
 
 // What this function runs with: the active agent settings over its install-time configuration.
 // statusSyncIntervalMs absent: no recheck of its own, the resync ticks alone bring it back.

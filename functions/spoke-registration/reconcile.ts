@@ -3,7 +3,7 @@
 // rotate through the hub identity; start over when the bootstrap kubeconfig changes or the cert expires.
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
 import { asKeyValues, asList, asNumber, fromEnv } from "../../shared/env-settings.ts";
 import { ManagedClusterResource, ManagedClusterConditionType, ClusterLabel, AgentAnnotationPrefix, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, SecretResource, KubeAPIServerClientSignerName } from "../../shared/api/kube.ts";
@@ -156,8 +156,9 @@ function rotationDueInMs(cert: { notBefore: Date; notAfter: Date }, certPem: str
 
 // OCM's creating controller: create the cluster if missing; only the client configs are kept up to date.
 // 401/403 are expected here (the bootstrap identity may be expired or narrow) and are not errors.
-async function ensureManagedCluster({ io, c, hub, spoke }: Registration): Promise<void> {
-  const caBundle = spokeCaBundle(spoke);
+async function ensureManagedCluster({ io, c, hub }: Registration): Promise<void> {
+  const caBundle = spokeCaBundle(io.cluster(managedClusterOf(c))); // the CA of the cluster registered
+
   const clientConfigs = c.externalServerUrls.map((url) => ({ url, caBundle }));
   try {
     const existing = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);

@@ -16,6 +16,7 @@ import {
 import { addFinalizer, patchStatusIfChanged } from "../../shared/apply.ts";
 import { findCondition, isTrue, setCondition } from "../../shared/conditions.ts";
 import { asAgent } from "../../shared/agent-hub.ts";
+import { managedClusterOf } from "../../shared/settings.ts";
 import { withAgentHub } from "../../shared/hub-credentials.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
@@ -53,7 +54,7 @@ export default defineFunction({
   config: ConfigSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManifestWorkResource, namespace: c.clusterName, mode: "Resource", root: true },
-    { cluster: c.managementCluster, resource: AppliedManifestWorkResource, mode: "Resource", keys: (e) => appliedKeys(c, e.ref.name) },
+    { cluster: managedClusterOf(c), resource: AppliedManifestWorkResource, mode: "Resource", keys: (e) => appliedKeys(c, e.ref.name) },
   ],
   resyncSeconds: 60,
   resync: (io) => keysOnTick(io),
@@ -63,11 +64,11 @@ export default defineFunction({
   // What the agent itself needs: its AppliedManifestWorks (cluster-scoped records of what it applied,
   // with their finalizer) ...
   writes: (c) => [
-    { cluster: c.managementCluster, why: "its AppliedManifestWorks: cluster-scoped records of what it applied", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks"], verbs: ["create", "update", "patch", "delete"] },
-    { cluster: c.managementCluster, why: "their status", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks/status"], verbs: ["patch", "update"] },
-    { cluster: c.managementCluster, why: "their finalizer", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks/finalizers"], verbs: ["update"] },
+    { cluster: managedClusterOf(c), why: "its AppliedManifestWorks: cluster-scoped records of what it applied", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks"], verbs: ["create", "update", "patch", "delete"] },
+    { cluster: managedClusterOf(c), why: "their status", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks/status"], verbs: ["patch", "update"] },
+    { cluster: managedClusterOf(c), why: "their finalizer", apiGroups: ["work.open-cluster-management.io"], resources: ["appliedmanifestworks/finalizers"], verbs: ["update"] },
     { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch"] },
-    { cluster: c.managementCluster, role: "execution", why: "execution rights, BROAD ON PURPOSE: a ManifestWork may carry any kind, as OCM's work agent's may", apiGroups: ["*"], resources: ["*"], verbs: ["*"] },
+    { cluster: managedClusterOf(c), role: "execution", why: "execution rights, BROAD ON PURPOSE: a ManifestWork may carry any kind, as OCM's work agent's may", apiGroups: ["*"], resources: ["*"], verbs: ["*"] },
   ],
   reconcile,
 });
@@ -82,13 +83,14 @@ function appliedKeys(c: Config, name: string): Key[] | { skip: string } {
 async function keysOnTick(io: Io<Config>): Promise<Key[] | { skip: string }> {
   const c = io.config;
   const spoke = io.cluster(c.managementCluster);
+  const managed = io.cluster(managedClusterOf(c));
   return withAgentHub<Key[] | { skip: string }>(
     spoke,
     c,
     io.clock.now(),
     async (hub) => {
       const prefix = `${hubHashOf(hub.cluster.server)}-`;
-      const [works, applied] = await Promise.all([hub.list(ManifestWorkResource, { namespace: c.clusterName }), spoke.list(AppliedManifestWorkResource)]);
+      const [works, applied] = await Promise.all([hub.list(ManifestWorkResource, { namespace: c.clusterName }), managed.list(AppliedManifestWorkResource)]);
       const names = new Set([...works.items.map((w) => w.metadata.name!), ...applied.items.map((a) => a.metadata.name!).filter((n) => n.startsWith(prefix)).map((n) => n.slice(prefix.length))]);
       return [...names].map((name) => ({ cluster: c.hubCluster, namespace: c.clusterName, name }));
     },
@@ -100,11 +102,12 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
   return asAgent(
     io,
-    async ({ hub, spoke, now }) => {
-      const ctx: Ctx = { io, hub, spoke, now, hubHash: hubHashOf(hub.cluster.server) };
+    // Everything applied, and its records, on the managed cluster; only the agent's secrets on the management one.
+    async ({ hub, managed, now }) => {
+      const ctx: Ctx = { io, hub, spoke: managed, now, hubHash: hubHashOf(hub.cluster.server) };
       const [work, applied] = await Promise.all([
         hub.get<Work>(ManifestWorkResource, key.name, key.namespace ?? c.clusterName),
-        spoke.get<Applied>(AppliedManifestWorkResource, appliedWorkName(ctx.hubHash, key.name)),
+        managed.get<Applied>(AppliedManifestWorkResource, appliedWorkName(ctx.hubHash, key.name)),
       ]);
       if (!work || work.metadata.deletionTimestamp) return await finalizeWork(ctx, { name: key.name, work, applied });
       let current = applied;

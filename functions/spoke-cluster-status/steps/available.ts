@@ -35,8 +35,8 @@ type ConfigMap = KubeObject & { data?: Record<string, string> };
 export type Probe = { ok: true } | { ok: false; statusCode: number; detail: string; answer: string };
 
 export const available: Step = async (draft, ctx) => {
-  const { now, spoke, io } = ctx;
-  const probe = await probeKubeAPIServer(spoke);
+  const { now, spoke, managed, io } = ctx;
+  const probe = await probeKubeAPIServer(managed);
   const at = { name: probeStateName(io.config.clusterName), namespace: io.config.agentNamespace, cluster: io.config.clusterName };
   if (probe.ok) {
     const withheld = await leaseWithholds(draft, AvailableCondition, ctx);

@@ -8,12 +8,12 @@ import type { Step, StepResult } from "../step.ts";
 
 export type ExposedClaim = { name: string; value?: string };
 
-export const claims: Step = async (draft, { spoke, io, notices, settings }): Promise<StepResult> => {
+export const claims: Step = async (draft, { managed, io, notices, settings }): Promise<StepResult> => {
   if (!isTrue(draft.conditions, ManagedClusterConditionType.Joined)) {
     io.log.info({ cluster: io.config.clusterName }, "claims skipped: the cluster has not joined the hub yet");
     return "continue";
   }
-  const { items } = await spoke.list<ClusterClaim>(ClusterClaimResource, { labelSelector: `!${ClusterLabel.SpokeOnly}` });
+  const { items } = await managed.list<ClusterClaim>(ClusterClaimResource, { labelSelector: `!${ClusterLabel.SpokeOnly}` });
   const max = settings.maxCustomClusterClaims; // the agent settings' clusterClaimLimit, else OCM's flag
   const exposed = exposeClaims(items, { maxCustom: max, reservedSuffixes: io.config.reservedClaimSuffixes });
   if (exposed.customFound > max) {

@@ -40,7 +40,7 @@ export function isManagedNamespace(object: KubeObject | undefined): boolean {
 const applied: NewCondition = { type: ManagedNamespaceConditionType.NamespaceAvailable, status: "True", reason: ManagedNamespaceReason.NamespaceApplied, message: ManagedNamespaceAppliedMessage };
 const failed = (error: string): NewCondition => ({ type: ManagedNamespaceConditionType.NamespaceAvailable, status: "False", reason: ManagedNamespaceReason.NamespaceApplyFailed, message: managedNamespaceFailedMessage(error) });
 
-export const managedNamespaces: Step = async (draft, { spoke, hub, io, cluster, now }): Promise<StepResult> => {
+export const managedNamespaces: Step = async (draft, { managed, hub, io, cluster, now }): Promise<StepResult> => {
   const label = hubClusterSetLabel(hub.cluster.server);
   // A cluster being deleted manages nothing any more; its entries are left as they are.
   const entries = cluster.metadata.deletionTimestamp ? [] : (draft.managedNamespaces ?? []);
@@ -48,7 +48,7 @@ export const managedNamespaces: Step = async (draft, { spoke, hub, io, cluster, 
   for (const entry of entries) {
     const where = { namespace: entry.name, clusterSet: entry.clusterSet };
     try {
-      if (await applyNamespace(spoke, entry.name, label)) io.log.info(where, "managed namespace applied");
+      if (await applyNamespace(managed, entry.name, label)) io.log.info(where, "managed namespace applied");
       entry.conditions = setCondition(entry.conditions, applied, now);
     } catch (err) {
       const error = `failed to apply namespace ${JSON.stringify(entry.name)}: ${messageOf(err)}`;
@@ -57,7 +57,7 @@ export const managedNamespaces: Step = async (draft, { spoke, hub, io, cluster, 
       errors.push(error);
     }
   }
-  errors.push(...(await releaseNamespaces(spoke, label, new Set(entries.map((e) => e.name)), io)));
+  errors.push(...(await releaseNamespaces(managed, label, new Set(entries.map((e) => e.name)), io)));
   if (errors.length > 0) throw new Error(`managed namespaces: ${errors.join("; ")}`);
   return "continue";
 };

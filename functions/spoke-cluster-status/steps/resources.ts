@@ -8,9 +8,9 @@ import type { Step, StepResult } from "../step.ts";
 type ResourceList = Record<string, string>;
 export type Node = KubeObject & { spec?: { unschedulable?: boolean }; status?: { capacity?: ResourceList; allocatable?: ResourceList } };
 
-export const resources: Step = async (draft, { spoke }): Promise<StepResult> => {
-  const version = await spoke.request<{ gitVersion?: string }>("GET", "/version");
-  const { items } = await spoke.list<Node>(NodeResource);
+export const resources: Step = async (draft, { managed }): Promise<StepResult> => {
+  const version = await managed.request<{ gitVersion?: string }>("GET", "/version");
+  const { items } = await managed.list<Node>(NodeResource);
   const summed = sumNodeResources(items);
   // OCM lets other components add capacity entries: an entry no node reports is kept as it is.
   const capacity = { ...draft.capacity, ...summed.capacity };
