@@ -30,17 +30,22 @@ function age(ms: number): string {
   return `${Math.floor(s / 3600)}h`;
 }
 
-// What `kubectl get managedclusters -o wide` does not show: version, capacity and taints per cluster.
+// The annotation our agent sets on its ManagedCluster in Hosted mode (cli/render/spoke.ts); OCM's own
+// agents set none, so their clusters show Default.
+const DeployModeAnnotation = "agent.open-cluster-management.io/klusterlet-deploy-mode";
+
+// What `kubectl get managedclusters -o wide` does not show: the agent's mode, version, capacity and taints.
 export async function clusterDetails(hub: KubeClient): Promise<string> {
   const { items } = await again(() => hub.list<ManagedCluster & KubeObject>(ManagedClusterResource));
   const rows = items.map((mc) => [
     mc.metadata.name ?? "",
+    (mc.metadata.annotations as Record<string, string> | undefined)?.[DeployModeAnnotation] === "Hosted" ? "Hosted" : "Default",
     mc.status?.version?.kubernetes ?? "",
     `${mc.status?.capacity?.cpu ?? ""}/${mc.status?.allocatable?.cpu ?? ""}`,
     `${mc.status?.capacity?.memory ?? ""}/${mc.status?.allocatable?.memory ?? ""}`,
     (mc.spec?.taints ?? []).map((t) => t.key.split("/").pop()).join(",") || "-",
   ]);
-  return table(["CLUSTER", "VERSION", "CPU (CAPACITY/ALLOCATABLE)", "MEMORY (CAPACITY/ALLOCATABLE)", "TAINTS"], rows);
+  return table(["CLUSTER", "MODE", "VERSION", "CPU (CAPACITY/ALLOCATABLE)", "MEMORY (CAPACITY/ALLOCATABLE)", "TAINTS"], rows);
 }
 
 // `kubectl get managedclusteraddons -A`: the printer columns of OCM's CRD.

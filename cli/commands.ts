@@ -230,13 +230,20 @@ export const commands: Registration[] = [
       .option("--hub-ca-data <base64>", "the hub's CA certificate, base64 PEM, as ocmf install hub prints it")
       .option("--hub-ca-file <file>", "the hub's CA certificate, a PEM file")
       .option("--bootstrap-kubeconfigs <files>", "several hubs (OCM's MultipleHubs): their bootstrap kubeconfig files, comma-separated, in the order the agent tries them; it moves down the list when its hub stops accepting it or stops answering", (v: string) => v.split(",").map((s) => s.trim()).filter(Boolean))
+      .addOption(new Option("--mode <mode>", "default: the agent runs on the cluster --kubeconfig names; hosted: it runs there (the management cluster) for the cluster --managed-kubeconfig names, which gets none of its workloads").choices(["default", "hosted"]).default("default"))
+      .option("--managed-kubeconfig <file>", "with --mode hosted: the managed cluster's kubeconfig (OCM's external-managed-kubeconfig); its identity is the agent's there")
       .option("--hub-connection-timeout-seconds <n>", "with --bootstrap-kubeconfigs: how long the cluster's lease may go unrenewed, or its hub not answer, before the agent moves to the next hub (default 600)", hubConnectionTimeout)
       .addOption(waitOption())
       .addOption(timeoutOption("the wait"))
-      .action(async (f: SpokeFlags & HubConnectionFlags & { bootstrapKubeconfigs?: string[]; hubConnectionTimeoutSeconds?: number; wait: WaitLevel; waitTimeout: Duration }) => {
-        const [{ joinSpoke, bootstrapKubeconfigsFrom }, { spokeOptions }] = await Promise.all([import("./join.ts"), import("./render-options.ts")]);
+      .action(async (f: SpokeFlags & HubConnectionFlags & { bootstrapKubeconfigs?: string[]; hubConnectionTimeoutSeconds?: number; mode: string; managedKubeconfig?: string; wait: WaitLevel; waitTimeout: Duration }) => {
+        const [{ joinSpoke, bootstrapKubeconfigsFrom, managedKubeconfigFrom }, { spokeOptions }] = await Promise.all([import("./join.ts"), import("./render-options.ts")]);
         const bootstrapKubeconfigs = bootstrapKubeconfigsFrom(f);
-        const render = { ...spokeOptions(f), ...(f.hubConnectionTimeoutSeconds !== undefined ? { hubConnectionTimeoutSeconds: f.hubConnectionTimeoutSeconds } : {}) };
+        const managedKubeconfig = managedKubeconfigFrom(f);
+        const render = {
+          ...spokeOptions(f),
+          ...(f.hubConnectionTimeoutSeconds !== undefined ? { hubConnectionTimeoutSeconds: f.hubConnectionTimeoutSeconds } : {}),
+          ...(managedKubeconfig !== undefined ? { managedKubeconfig } : {}),
+        };
         await joinSpoke(await cli.cluster("spoke"), { bootstrapKubeconfigs, render, wait: waiting(f) }, cli.print);
       }),
 
@@ -302,9 +309,17 @@ export const commands: Registration[] = [
           .description(`delete everything labelled app.kubernetes.io/part-of=ocm-functions of the kinds ocmf render ${side} makes, in reverse order, CRDs last, and wait until it is gone`)
           .addOption(timeoutOption("the removal"));
         if (side === "hub") c.option("--purge-clusters", "delete the ManagedClusters first (the hub's functions release them); without it, uninstall refuses while any is registered");
-        return c.action(async (f: { waitTimeout: Duration; purgeClusters?: boolean }) => {
-          const { uninstall } = await import("./uninstall.ts");
-          await uninstall(await cli.cluster(side), side, { purgeClusters: f.purgeClusters ?? false, timeoutMs: f.waitTimeout.ms, timeoutText: f.waitTimeout.text }, cli.print);
+        else {
+          c.addOption(new Option("--mode <mode>", "hosted: --kubeconfig is the management cluster, and only the agent of --cluster-name goes from it; the managed cluster's records go too").choices(["default", "hosted"]).default("default"));
+          c.option("--cluster-name <name>", "with --mode hosted: the managed cluster whose agent goes");
+          c.option("--managed-kubeconfig <file>", "with --mode hosted: the managed cluster's kubeconfig, to remove what the agent recorded there");
+        }
+        return c.action(async (f: { waitTimeout: Duration; purgeClusters?: boolean; mode?: string; clusterName?: string; managedKubeconfig?: string }) => {
+          const { uninstall, uninstallHosted } = await import("./uninstall.ts");
+          const o = { purgeClusters: f.purgeClusters ?? false, timeoutMs: f.waitTimeout.ms, timeoutText: f.waitTimeout.text };
+          if (f.mode === "hosted") await uninstallHosted(await cli.cluster(side), { ...o, clusterName: f.clusterName, managedKubeconfig: f.managedKubeconfig }, cli.print);
+          else if (f.clusterName || f.managedKubeconfig) throw new Error("--cluster-name and --managed-kubeconfig are for --mode hosted");
+          else await uninstall(await cli.cluster(side), side, o, cli.print);
         });
       },
   ),

@@ -12,6 +12,7 @@ import { readBootstrapKubeconfig } from "./kubeconfig-file.ts";
 import { refuseMissingKinds, type Waiting } from "./install.ts";
 import { waitUntilReady } from "./readiness.ts";
 import { renderSpoke, type SpokeOptions } from "./render/index.ts";
+import { renderManaged } from "./render/spoke.ts";
 import { sleep } from "../shared/timers.ts";
 
 export type HubConnectionFlags = { hubKubeconfig?: string; hubToken?: string; hubApiserver?: string; hubCaData?: string; hubCaFile?: string };
@@ -49,7 +50,19 @@ export function bootstrapKubeconfigFrom(f: HubConnectionFlags): string {
 
 // One bootstrap kubeconfig, or several (OCM's MultipleHubs: the agent joins the first hub of the list that
 // takes it and moves on down the list, see functions/spoke-registration/hubs.ts).
+// render.managedKubeconfig: Hosted mode; `spoke` is then the management cluster, and the managed cluster
+// gets only renderManaged's objects, applied with that kubeconfig.
 export type JoinOptions = { bootstrapKubeconfigs: readonly string[]; render: SpokeOptions & { clusterName: string }; wait: Waiting };
+
+// --mode hosted --managed-kubeconfig FILE, as clusteradm join names them.
+export function managedKubeconfigFrom(f: { mode?: string; managedKubeconfig?: string }): string | undefined {
+  if ((f.mode ?? "default") === "default") {
+    if (f.managedKubeconfig) throw new Error("--managed-kubeconfig is for --mode hosted");
+    return undefined;
+  }
+  if (!f.managedKubeconfig) throw new Error("--mode hosted needs --managed-kubeconfig, the managed cluster's kubeconfig (--kubeconfig is then the management cluster)");
+  return readBootstrapKubeconfig(f.managedKubeconfig, "the managed cluster's kubeconfig");
+}
 
 // --bootstrap-kubeconfigs: files, in the order the agent tries their hubs.
 export function bootstrapKubeconfigsFrom(f: HubConnectionFlags & { bootstrapKubeconfigs?: string[]; hubConnectionTimeoutSeconds?: number }): string[] {
@@ -94,6 +107,16 @@ export async function joinSpoke(spoke: KubeClient, o: JoinOptions, print: (line:
     for (const f of failures) print(`warning: ${f}; the agent passes over that hub until it answers`);
     const objects = renderSpoke({ ...o.render, ...(several ? { bootstrapKubeconfigs: o.bootstrapKubeconfigs } : { bootstrapKubeconfig: o.bootstrapKubeconfigs[0]! }) });
     await refuseMissingKinds(spoke, objects, "spoke");
+    if (o.render.managedKubeconfig !== undefined) {
+      const managed = KubeClient.fromKubeconfig(o.render.managedKubeconfig);
+      try {
+        const onManaged = renderManaged();
+        print(`hosted: applying to the managed cluster at ${managed.server} only what the agent records there: ${onManaged.length} objects`);
+        await applyAll(managed, onManaged, { waitForCrds: o.wait.level !== "none", deadline: Date.now() + o.wait.timeoutMs, print });
+      } finally {
+        managed.close();
+      }
+    }
     print(`joining ${spoke.server} to ${several ? `the first usable of the hubs at ${hubs.map((h) => h.server).join(", ")}` : `the hub at ${hubs[0]!.server}`} as cluster ${cluster}: ${objects.length} objects, --wait ${o.wait.level}`);
     const deadline = Date.now() + o.wait.timeoutMs;
     await applyAll(spoke, objects, { waitForCrds: o.wait.level !== "none", deadline, print });

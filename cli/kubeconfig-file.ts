@@ -13,12 +13,13 @@ type Doc = {
   "current-context"?: string;
 };
 
-export function readBootstrapKubeconfig(file: string): string {
+// what: which kubeconfig, for errors (the managed cluster's, in Hosted mode, is read the same way).
+export function readBootstrapKubeconfig(file: string, what = "the bootstrap kubeconfig"): string {
   let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch (err) {
-    throw new Error(`cannot read the bootstrap kubeconfig: ${(err as Error).message}`);
+    throw new Error(`cannot read ${what}: ${(err as Error).message}`);
   }
   return flattenKubeconfig(text, dirname(file), file);
 }

@@ -25,7 +25,9 @@ import { KubeError } from "../shared/kube/errors.ts";
 import { partOfSelector, renderHub, renderSpoke } from "./render/index.ts";
 import { sleep } from "../shared/timers.ts";
 
-export type UninstallOptions = { purgeClusters: boolean; timeoutMs: number; timeoutText: string };
+// selector: more label terms, for a Hosted agent's objects on a management cluster shared with others
+// (cli/render/spoke.ts hostedSelector); its CRDs carry none, so they stay.
+export type UninstallOptions = { purgeClusters: boolean; timeoutMs: number; timeoutText: string; selector?: string };
 
 type Found = KubeObject & { metadata: { name: string; namespace?: string; finalizers?: string[]; deletionTimestamp?: string; ownerReferences?: { uid: string }[] } };
 type Listed = { type: TypeRef; resource: ApiResource; items: Found[] };
@@ -136,6 +138,7 @@ async function removeAppliedWorks(client: KubeClient, works: readonly Found[], o
 
 export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: UninstallOptions, print: (line: string) => void): Promise<void> {
   const discovery = new Discovery(client);
+  const selector = o.selector ? `${partOfSelector},${o.selector}` : partOfSelector;
   const deadline = Date.now() + o.timeoutMs;
   if (side === "hub") await purgeClusters(client, discovery, { ...o, deadline }, print);
 
@@ -143,11 +146,11 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
   for (const type of kindsOf(side)) {
     if (!(await discovery.isServed(type))) continue; // its CRD is gone already, or Knative was never there
     const resource = await discovery.resourceOf(type);
-    const { items } = await again(() => client.list<Found>(resource, { labelSelector: partOfSelector }));
+    const { items } = await again(() => client.list<Found>(resource, { labelSelector: selector }));
     if (items.length) listed.push({ type, resource, items });
   }
   if (!listed.length) {
-    print(`nothing of ocm-functions on the ${side} at ${client.server}`);
+    print(`nothing of ocm-functions${o.selector ? ` (${o.selector})` : ""} on the ${side} at ${client.server}`);
     return;
   }
   for (const { type, resource, items } of listed) {
@@ -166,7 +169,7 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
       for (const { type, resource } of listed) {
         discovery.forget(type.apiVersion);
         if (!(await discovery.isServed(type))) continue;
-        const { items } = await again(() => client.list<Found>(resource, { labelSelector: partOfSelector }));
+        const { items } = await again(() => client.list<Found>(resource, { labelSelector: selector }));
         left.push(...items.map((item) => ({ type, item })));
       }
       const line = left.length ? `waiting for ${plural(left.length, "object")} to go: ${[...new Set(left.map((l) => l.type.kind))].join(", ")}` : "";
@@ -176,7 +179,7 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
     },
   );
   if (side === "hub") await removePublished(client, discovery, print);
-  print(`The ${side} is uninstalled: nothing labelled ${partOfSelector} is left.`);
+  print(`The ${side} is uninstalled: nothing labelled ${selector} is left.`);
 }
 
 // The ClusterProfiles and SIG PlacementDecisions our functions published (the manager's label says
@@ -190,5 +193,20 @@ async function removePublished(client: KubeClient, discovery: Discovery, print: 
     const { items } = await again(() => client.list<Found>(r, { labelSelector: selector }));
     for (const item of items) await again(() => client.delete(r, item.metadata.name, item.metadata.namespace));
     if (items.length) print(`deleted the ${plural(items.length, `${r.group} ${r.kind}`)} ocm-functions published (their CRD stays: other cluster managers may publish there)`);
+  }
+}
+
+// A Hosted agent: its objects on the management cluster (labelled with its cluster), then on the managed
+// cluster what join put there (its records, with what their ManifestWorks applied, and their CRDs).
+export async function uninstallHosted(management: KubeClient, o: UninstallOptions & { clusterName?: string; managedKubeconfig?: string }, print: (line: string) => void): Promise<void> {
+  if (!o.clusterName) throw new Error("--mode hosted needs --cluster-name, the managed cluster whose agent goes");
+  if (!o.managedKubeconfig) throw new Error("--mode hosted needs --managed-kubeconfig, to remove what the agent recorded on the managed cluster");
+  const [{ KubeClient: Client }, { readBootstrapKubeconfig }, { hostedSelector }] = await Promise.all([import("../shared/kube/client.ts"), import("./kubeconfig-file.ts"), import("./render/spoke.ts")]);
+  const managed = Client.fromKubeconfig(readBootstrapKubeconfig(o.managedKubeconfig, "the managed cluster's kubeconfig"));
+  try {
+    await uninstall(management, "spoke", { ...o, selector: hostedSelector(o.clusterName) }, print);
+    await uninstall(managed, "spoke", o, print);
+  } finally {
+    managed.close();
   }
 }

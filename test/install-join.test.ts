@@ -17,6 +17,8 @@ import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { Discovery, type TypeRef } from "../cli/discovery.ts";
 import { flattenKubeconfig } from "../cli/kubeconfig-file.ts";
 import { HubNamespaceDefault, partOfSelector, PartOf, PartOfLabel, renderHub, renderSpoke, toYaml, type Manifest } from "../cli/render/index.ts";
+import { hostedAgentNamespace, hostedSelector, renderManaged } from "../cli/render/spoke.ts";
+import { createNodes } from "../dev/local/nodes.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { ClusterRoleResource, ConfigMapResource, CustomResourceDefinitionResource, NamespaceResource, SecretResource } from "../shared/api/kube.ts";
 import { ManifestWorkResource } from "../shared/api/work.ts";
@@ -32,6 +34,7 @@ import { ClusterProfileResource } from "../shared/api/inventory.ts";
 import { eventually } from "./support/eventually.ts";
 
 const CLUSTER = "edge1";
+const HOSTED = "edge2"; // joined in Hosted mode: its agent on the spoke (the management cluster), for the managed cluster
 const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
 
 let work: string;
@@ -44,6 +47,9 @@ let hubAdmin: KubeClient;
 let spokeAdmin: KubeClient;
 let hubKubeconfig: string;
 let spokeKubeconfig: string;
+let managed: LocalCluster;
+let managedAdmin: KubeClient;
+let managedKubeconfig: string;
 const deployed: Deployed[] = [];
 const running = new Set<ChildProcess>(); // ocmf processes not yet finished
 let spokeRun: Deployed | undefined;
@@ -115,13 +121,17 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), "install-join-"));
   dist = join(work, "dist");
   // No OCM CRDs or policies: install brings them.
-  const [built, clusters] = await Promise.all([bundle({ outdir: dist }), startClusters({ names: ["hub", "spoke"], crds: false })]);
+  const [built, clusters] = await Promise.all([bundle({ outdir: dist }), startClusters({ names: ["hub", "spoke", "managed"], crds: false })]);
   ocmfBundle = built.bundles.find((b) => b.name === "ocmf")!.file;
   local = clusters;
   hub = local.get("hub");
   spoke = local.get("spoke");
   hubAdmin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
   spokeAdmin = KubeClient.fromKubeconfig(spoke.adminKubeconfig);
+  managed = local.get("managed");
+  managedAdmin = KubeClient.fromKubeconfig(managed.adminKubeconfig);
+  managedKubeconfig = join(work, "managed.kubeconfig");
+  writeFileSync(managedKubeconfig, managed.adminKubeconfig, { mode: 0o600 });
   hubKubeconfig = join(work, "hub.kubeconfig");
   spokeKubeconfig = join(work, "spoke.kubeconfig");
   writeFileSync(hubKubeconfig, hub.adminKubeconfig, { mode: 0o600 });
@@ -134,6 +144,7 @@ afterAll(async () => {
   for (const d of deployed) await d.stop();
   hubAdmin?.close();
   spokeAdmin?.close();
+  managedAdmin?.close();
   await local?.stop();
   if (work) rmSync(work, { recursive: true, force: true });
 }, 120_000);
@@ -319,6 +330,63 @@ describe("install, join, accept, uninstall", () => {
     // work goes through the rendered relay and Triggers to the spoke's work applier
     await hubAdmin.create(ManifestWorkResource, { metadata: { name: "hello", namespace: CLUSTER }, spec: { workload: { manifests: [{ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "hello-from-hub", namespace: "default" }, data: { from: "hub" } }] } } });
     await eventually(async () => expect(await spokeAdmin.get(ConfigMapResource, "hello-from-hub", "default")).toBeDefined(), { timeoutMs: 60_000 });
+  }, 300_000);
+
+  it("join --mode hosted puts the agent on the management cluster in klusterlet-<cluster> and on the managed cluster only the kinds it records there; run and accepted, it is Joined and Available, reports the managed cluster's capacity, applies work there, and get clusters says Hosted", async () => {
+    const r = await ocmf(["join", "--hub-kubeconfig", join(work, "bootstrap.kubeconfig"), "--cluster-name", HOSTED, "--mode", "hosted", "--managed-kubeconfig", managedKubeconfig, "--wait", "crds"], { KUBECONFIG: spokeKubeconfig });
+    expect(r.code, described(r)).toBe(0);
+    const hostedRender = renderSpoke({ clusterName: HOSTED, bootstrapKubeconfig: "x", managedKubeconfig: "x" });
+    const ns = hostedAgentNamespace(HOSTED);
+    expect(hostedRender.filter((o) => o.metadata.namespace && o.metadata.namespace !== ns)).toEqual([]);
+    // the managed cluster: the add-on namespace and the CRDs of what the agent records there, nothing else
+    const onManaged = await labelled(managedAdmin, [...hostedRender, ...renderManaged(), { apiVersion: "v1", kind: "Secret" }, { apiVersion: "v1", kind: "ServiceAccount" }]);
+    expect(onManaged.sort()).toEqual(renderManaged().map((m) => `${m.kind} ${m.metadata.name}`).sort());
+
+    await createNodes(managedAdmin); // no kubelet runs there: capacity can come only from these
+    const hostedRun = await runDeployed({ cluster: spoke, namespace: ns, dist, runDir: join(work, "run-hosted") });
+    deployed.push(hostedRun);
+    await eventually(async () => expect(await hubAdmin.get(ManagedClusterResource, HOSTED)).toBeDefined(), { timeoutMs: 60_000 });
+    const accept = await eventually(async () => {
+      const a = await ocmf(["accept", "--clusters", HOSTED], { KUBECONFIG: hubKubeconfig });
+      expect(a.code, described(a)).toBe(0);
+      return a;
+    }, { timeoutMs: 60_000, intervalMs: 1_000 });
+    expect(accept.stdout).toContain(`${HOSTED}: hubAcceptsClient set`);
+    await eventually(async () => {
+      const got = await hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, HOSTED);
+      for (const type of [ManagedClusterConditionType.Joined, ManagedClusterConditionType.Available]) expect(findCondition(got?.status?.conditions, type)?.status, type).toBe("True");
+      expect(got?.status?.capacity?.cpu).toBeDefined();
+    }, { timeoutMs: 120_000, intervalMs: 500 });
+    // its secrets in its own namespace on the management cluster, none on the managed one
+    expect(await spokeAdmin.get(SecretResource, HubKubeconfigSecretName, ns)).toBeDefined();
+    expect(await managedAdmin.get(NamespaceResource, AgentNamespaceDefault)).toBeUndefined();
+
+    await hubAdmin.create(ManifestWorkResource, { metadata: { name: "hello", namespace: HOSTED }, spec: { workload: { manifests: [{ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "hello-hosted", namespace: "default" }, data: { from: "hub" } }] } } });
+    await eventually(async () => expect(await managedAdmin.get(ConfigMapResource, "hello-hosted", "default")).toBeDefined(), { timeoutMs: 60_000 });
+    expect(await spokeAdmin.get(ConfigMapResource, "hello-hosted", "default")).toBeUndefined();
+
+    const table = await ocmf(["get", "clusters"], { KUBECONFIG: hubKubeconfig });
+    expect(table.code, described(table)).toBe(0);
+    expect(table.stdout).toMatch(new RegExp(`^${HOSTED}\\s+Hosted\\s`, "m"));
+    expect(table.stdout).toMatch(new RegExp(`^${CLUSTER}\\s+Default\\s`, "m"));
+
+    // the work goes while the agent runs, so nothing waits on an agent that is gone
+    await hubAdmin.delete(ManifestWorkResource, "hello", HOSTED);
+    await eventually(async () => expect(await hubAdmin.get(ManifestWorkResource, "hello", HOSTED)).toBeUndefined(), { timeoutMs: 60_000 });
+    await hostedRun.stop();
+  }, 300_000);
+
+  it("uninstall spoke --mode hosted removes that agent from the management cluster and what it recorded from the managed cluster, and leaves the other agent", async () => {
+    const r = await ocmf(["uninstall", "spoke", "--mode", "hosted", "--cluster-name", HOSTED, "--managed-kubeconfig", managedKubeconfig], { KUBECONFIG: spokeKubeconfig });
+    expect(r.code, described(r)).toBe(0);
+    expect(await spokeAdmin.get(NamespaceResource, hostedAgentNamespace(HOSTED))).toBeUndefined();
+    const { items } = await spokeAdmin.list(ClusterRoleResource, { labelSelector: hostedSelector(HOSTED) });
+    expect(items).toEqual([]);
+    expect(await spokeAdmin.get(NamespaceResource, AgentNamespaceDefault)).toBeDefined(); // the other agent stays
+    expect(await labelled(managedAdmin, [...renderManaged(), { apiVersion: "v1", kind: "Secret" }])).toEqual([]);
+    // the hub admin detaches it, as after any uninstall
+    await hubAdmin.delete(ManagedClusterResource, HOSTED);
+    await eventually(async () => expect(await hubAdmin.get(ManagedClusterResource, HOSTED)).toBeUndefined(), { timeoutMs: 60_000 });
   }, 300_000);
 
   it("uninstall spoke removes every labelled object of the spoke render's kinds, CRDs last, and finds nothing the second time", async () => {

@@ -115,7 +115,13 @@ export const envValue = (env: { name: string; value: string }[], name: string) =
 // The function's server (shared/cloudevents-server.ts) listens on 8080 and serves these two health paths.
 const FUNCTION_PORT = 8080;
 
-type ContainerOptions = CommonOptions & { containerEnv: { name: string; value: string }[] };
+// kubeconfigs: a Secret's keys mounted as kubeconfig files in one folder (OCM_KUBECONFIG_DIR).
+type ContainerOptions = CommonOptions & { containerEnv: { name: string; value: string }[]; kubeconfigs?: KubeconfigFiles };
+export type KubeconfigFiles = { secretName: string; dir: string; files: { key: string; path: string }[] };
+
+const KubeconfigVolume = "kubeconfigs";
+const kubeconfigVolumes = (k?: KubeconfigFiles) => (k ? { volumes: [{ name: KubeconfigVolume, secret: { secretName: k.secretName, items: k.files } }] } : {});
+const kubeconfigMounts = (k?: KubeconfigFiles) => (k ? { volumeMounts: [{ name: KubeconfigVolume, mountPath: k.dir, readOnly: true }] } : {});
 
 // A function's container as both workload forms run it: the image, env, resources and health paths.
 export function functionContainer(f: FunctionDeployment, o: ContainerOptions) {
@@ -130,6 +136,7 @@ export function functionContainer(f: FunctionDeployment, o: ContainerOptions) {
     image: imageOf(o, f.name),
     ports: [{ containerPort: FUNCTION_PORT }],
     env: o.containerEnv,
+    ...kubeconfigMounts(o.kubeconfigs),
     resources,
     readinessProbe: { httpGet: { path: "/health/readiness" } },
     livenessProbe: { httpGet: { path: "/health/liveness" } },
@@ -161,6 +168,7 @@ export function knativeService(f: FunctionDeployment, o: ContainerOptions & { na
           containerConcurrency: f.deploy.options?.resources?.limits?.concurrency ?? o.containerConcurrency ?? 10,
           ...(o.timeoutSeconds !== undefined ? { timeoutSeconds: o.timeoutSeconds } : {}),
           containers: [functionContainer(f, o)],
+          ...kubeconfigVolumes(o.kubeconfigs),
         },
       },
     },
@@ -189,7 +197,7 @@ export function functionDeployment(f: FunctionDeployment, o: ContainerOptions & 
       spec: {
         replicas: min > 0 ? min : 1,
         selector: { matchLabels: labels },
-        template: { metadata: { labels: { ...labels } }, spec: { serviceAccountName: f.deploy.serviceAccountName, containers: [container] } },
+        template: { metadata: { labels: { ...labels } }, spec: { serviceAccountName: f.deploy.serviceAccountName, containers: [container], ...kubeconfigVolumes(o.kubeconfigs) } },
       },
     },
     {

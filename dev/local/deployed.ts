@@ -17,6 +17,7 @@ import { KubeClient, resourcePath, type KubeObject } from "../../shared/kube/cli
 import { buildKubeconfig } from "../../shared/kube/kubeconfig.ts";
 import { targetSinks, type RelayConfigInput } from "../../components/relay/config.ts";
 import { TargetExtension } from "../../shared/events.ts";
+import { SecretResource } from "../../shared/api/kube.ts";
 
 export type DeployedOptions = {
   cluster: LocalCluster; // where the objects are; read with its admin credentials
@@ -36,8 +37,8 @@ export type Deployed = {
 };
 
 type Env = { name: string; value?: string; valueFrom?: unknown }[];
-type Container = { image: string; env?: Env };
-type PodSpec = { serviceAccountName?: string; containers: Container[] };
+type Container = { image: string; env?: Env; volumeMounts?: { name: string; mountPath: string }[] };
+type PodSpec = { serviceAccountName?: string; containers: Container[]; volumes?: { name: string; secret?: { secretName: string; items?: { key: string; path: string }[] } }[] };
 type Ref = { apiVersion: string; kind: string; name: string };
 type KService = KubeObject & { spec: { template: { spec: PodSpec } } };
 type Trigger = KubeObject & { spec: TriggerSpec & { broker: string; subscriber: { ref: Ref } } };
@@ -53,6 +54,24 @@ function envOf(c: Container, what: string): Record<string, string> {
     out[e.name] = e.value ?? "";
   }
   return out;
+}
+
+// A Secret mounted where OCM_KUBECONFIG_DIR points (Hosted mode: the managed cluster's kubeconfig) is
+// written into the process's own kubeconfig folder, as the kubelet would project it. Any other volume
+// is refused: a pod's file left out would be a silent gap.
+async function mountedKubeconfigs(admin: KubeClient, namespace: string, pod: PodSpec, c: Container, env: Record<string, string>, dir: string, what: string): Promise<void> {
+  for (const v of pod.volumes ?? []) {
+    const mount = c.volumeMounts?.find((m) => m.name === v.name);
+    if (!mount) continue;
+    if (!v.secret || mount.mountPath !== env.OCM_KUBECONFIG_DIR) throw new Error(`${what}: volume ${v.name} at ${mount.mountPath} is not a Secret of kubeconfigs at OCM_KUBECONFIG_DIR, which local processes cannot give it`);
+    const secret = await admin.get<KubeObject & { data?: Record<string, string> }>(SecretResource, v.secret.secretName, namespace);
+    if (!secret) throw new Error(`${what}: Secret ${v.secret.secretName} of volume ${v.name} is missing`);
+    for (const item of v.secret.items ?? Object.keys(secret.data ?? {}).map((key) => ({ key, path: key }))) {
+      const data = secret.data?.[item.key];
+      if (data === undefined) throw new Error(`${what}: Secret ${v.secret.secretName} has no key ${item.key}`);
+      writeFileSync(join(dir, item.path), Buffer.from(data, "base64"), { mode: 0o600 });
+    }
+  }
 }
 
 export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
@@ -145,6 +164,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
         const kubeconfigs = dirFor(`${name(s)}/kubeconfigs`);
         // the function's own cluster, as its OCM_CLUSTER_NAME names it, is where its pod would run
         await identity(pod.serviceAccountName ?? "default", join(kubeconfigs, `${env.OCM_CLUSTER_NAME || "hub"}.kubeconfig`));
+        await mountedKubeconfigs(admin, o.namespace, pod, container, env, kubeconfigs, `Service ${name(s)}`);
         let port = await freePort();
         let p = start(name(s), bundleOf(container.image), { ...env, PORT: String(port), OCM_KUBECONFIG_DIR: kubeconfigs });
         let url = `http://127.0.0.1:${port}/`;
