@@ -268,6 +268,34 @@ describe("a render", () => {
     expect(of(renderSpoke(), "Secret")).toEqual([]);
   });
 
+  it("renders a hosted agent for the management cluster: every object in klusterlet-<cluster>, labelled and with cluster-wide roles named after it; the functions and the relay reach the managed cluster with external-managed-kubeconfig, and no role grants anything of the managed cluster there", () => {
+    const objects = renderSpoke({ clusterName: "edge-9", managedKubeconfig: "kind: Config # managed\n" });
+    const ns = "klusterlet-edge-9";
+    expect(objects.filter((o) => o.metadata.namespace !== undefined && o.metadata.namespace !== ns).map((o) => `${o.kind} ${o.metadata.namespace}/${o.metadata.name}`)).toEqual([]);
+    expect(of(objects, "Namespace").map((n) => n.metadata.name)).toEqual([ns]);
+    expect(objects.filter((o) => o.kind !== "CustomResourceDefinition" && (o.metadata.labels as Record<string, string>)["ocm-functions.io/hosted-cluster"] !== "edge-9")).toEqual([]);
+    const clusterWide = objects.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").map((o) => o.metadata.name);
+    expect(clusterWide.length).toBeGreaterThan(0);
+    expect(clusterWide.filter((n) => !n.endsWith(":edge-9"))).toEqual([]);
+    const managedKinds = new Set(["nodes", "clusterclaims", "appliedmanifestworks", "serviceaccounts", "*"]);
+    const granted = of<Manifest & { rules: { resources?: string[] }[] }>(objects, "ClusterRole").flatMap((r) => r.rules.flatMap((rule) => rule.resources ?? []));
+    expect(granted.filter((r) => managedKinds.has(r))).toEqual([]);
+    const secret = of<Manifest & { data: Record<string, string> }>(objects, "Secret").find((s) => s.metadata.name === "external-managed-kubeconfig")!;
+    expect(Buffer.from(secret.data.kubeconfig!, "base64").toString()).toBe("kind: Config # managed\n");
+    type Mounted = KService & { spec: { template: { spec: { volumes?: { secret?: { secretName: string } }[]; containers: (Container & { volumeMounts?: { mountPath: string }[] })[] } } } };
+    for (const s of of<Mounted>(objects, "Service").filter((o) => o.apiVersion === "serving.knative.dev/v1")) {
+      const c = s.spec.template.spec.containers[0]!;
+      const env = Object.fromEntries(c.env!.map((e) => [e.name, e.value]));
+      expect([env.OCM_MANAGED_CLUSTER_NAME, env.AGENT_NAMESPACE, s.spec.template.spec.volumes?.[0]?.secret?.secretName, c.volumeMounts?.[0]?.mountPath], s.metadata.name).toEqual(["managed", ns, "external-managed-kubeconfig", env.OCM_KUBECONFIG_DIR]);
+    }
+    const registration = of<Mounted>(objects, "Service").find((s) => s.metadata.name === "spoke-registration")!;
+    expect(registration.spec.template.spec.containers[0]!.env).toContainEqual({ name: "CLUSTER_ANNOTATIONS", value: "agent.open-cluster-management.io/klusterlet-deploy-mode=Hosted" });
+    const source = objects.find((o) => o.kind === "ContainerSource")! as Manifest & { spec: { template: { spec: { containers: { env: { name: string; value: string }[] }[] } } } };
+    const config = configFromEnvironment(source.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, {});
+    expect(config.clusters.managed).toEqual({ secret: { cluster: "spoke", namespace: ns, name: "external-managed-kubeconfig", key: "kubeconfig" } });
+    expect(config.sources.filter((s) => s.cluster === "managed").map((s) => s.resource.plural).sort()).toEqual(expect.arrayContaining(["appliedmanifestworks", "clusterclaims", "nodes"]));
+  });
+
   it("renders several hubs as one bootstrap kubeconfig Secret each, in order, named in spoke-registration's list with the timeout", () => {
     const objects = renderSpoke({ bootstrapKubeconfigs: ["kind: Config # A\n", "kind: Config # B\n"], hubConnectionTimeoutSeconds: 300 });
     const secrets = of<Manifest & { data: Record<string, string> }>(objects, "Secret");
