@@ -7,7 +7,12 @@
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { startFleet, type Fleet } from "../dev/local/fleet.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { ConfigMapResource, NamespaceResource, SecretResource, ServiceAccountResource } from "../shared/api/kube.ts";
+import { DefaultAddOnInstallNamespace, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../shared/api/addon.ts";
+import { applyManifests } from "../shared/apply.ts";
+import { enableAddon } from "../cli/addon.ts";
 import { ClusterClaimResource, ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AppliedManifestWorkResource } from "../shared/api/work.ts";
 import { AgentNamespaceDefault, HubKubeconfigSecretName } from "../shared/api/registration.ts";
@@ -38,7 +43,8 @@ async function inventory(c: KubeClient): Promise<Map<string, Set<string>>> {
 }
 
 beforeAll(async () => {
-  fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true, controlPlane: MANAGEMENT, managedPlane: CLUSTER }], resyncMs: 2_000, leaseDurationSeconds: 5, relays: false });
+  // the helloworld add-on's agent on the managed cluster, where its Deployment would run
+  fleet = await startFleet({ spokes: [{ name: CLUSTER, autoApprove: true, controlPlane: MANAGEMENT, managedPlane: CLUSTER }], resyncMs: 2_000, leaseDurationSeconds: 5, relays: false, addonAgents: true });
   managed = KubeClient.fromKubeconfig(fleet.clusters.get(CLUSTER).adminKubeconfig);
   management = KubeClient.fromKubeconfig(fleet.clusters.get(MANAGEMENT).adminKubeconfig);
   before = await inventory(managed);
@@ -86,4 +92,17 @@ describe("a hosted agent", () => {
     expect(added).toEqual({ namespaces: [], secrets: [], configmaps: ["default/hello-from-hub"], serviceaccounts: [] });
     expect((await managed.list(AppliedManifestWorkResource)).items).toHaveLength(1);
   });
+
+  // Last: the add-on puts its own objects on the managed cluster.
+  it("runs an add-on there: its credentials are written on the managed cluster, where its agent runs, and work there as the add-on's hub identity", async () => {
+    await applyManifests(fleet.hub, readFileSync(join(import.meta.dirname, "..", "manifests", "addons", "helloworld.yaml"), "utf8"));
+    await enableAddon(fleet.hub, { addon: "helloworld", clusters: [CLUSTER] });
+    const addon = () => fleet.hub.get<ManagedClusterAddOnV1alpha1 & KubeObject>(ManagedClusterAddOnV1alpha1Resource, "helloworld", CLUSTER);
+    await eventually(async () => expect(findCondition((await addon())?.status?.conditions, "ClusterCertificateRotated")?.status).toBe("True"), { timeoutMs: STEP_MS, intervalMs: 500 });
+    expect(await managed.get(SecretResource, "helloworld-hub-kubeconfig", DefaultAddOnInstallNamespace)).toBeDefined();
+    expect(await management.get(SecretResource, "helloworld-hub-kubeconfig", DefaultAddOnInstallNamespace)).toBeUndefined();
+    // the add-on's agent (local mode's stand-in for its Deployment) copies its cluster's ConfigMaps from the hub with them
+    await fleet.hub.create(ConfigMapResource, { metadata: { name: "for-the-addon", namespace: CLUSTER }, data: { hello: "edge" } });
+    await eventually(async () => expect((await managed.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, "for-the-addon", DefaultAddOnInstallNamespace))?.data).toEqual({ hello: "edge" }), { timeoutMs: STEP_MS, intervalMs: 500 });
+  }, STEP_MS * 2);
 });

@@ -213,7 +213,8 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   };
   for (const spoke of heartbeatStarters.keys()) await startSidecar(spoke);
   if (o.addonAgents) {
-    for (const s of o.spokes) agents.push(await startHelloworldAgent({ spoke: clusters.get(planeOf(s)), clusterName: s.name, clock, log: log(`helloworld-agent-${s.name}`) }));
+    // on the cluster the add-on's Deployment would run on: the managed one
+    for (const s of o.spokes) agents.push(await startHelloworldAgent({ spoke: clusters.get(s.managedPlane ?? planeOf(s)), clusterName: s.name, clock, log: log(`helloworld-agent-${s.name}`) }));
   }
 
   return {

@@ -3,9 +3,9 @@
 // not available once the lease has gone five lease durations without renewal, and Unknown without a
 // lease. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
-import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
 import { asNumber, fromEnv } from "../../shared/env-settings.ts";
-import { AddOnConditionType, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { AddOnAnnotation, AddOnConditionType, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { LeaseResource } from "../../shared/api/kube.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -39,7 +39,9 @@ export default defineFunction({
   config: ConfigSchema,
   watches: (c) => [
     { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, namespace: c.clusterName, mode: "Resource", root: true },
-    { cluster: c.managementCluster, resource: LeaseResource, fieldSelector: ControlPlaneLeaseNamespacesExcluded, mode: "Resource", keys: leaseKeys },
+    // on the managed cluster, where add-on agents run (an add-on with a hosting cluster renews on the
+    // management cluster: no event then, its 60 s resync and lease rechecks find it)
+    { cluster: managedClusterOf(c), resource: LeaseResource, fieldSelector: ControlPlaneLeaseNamespacesExcluded, mode: "Resource", keys: leaseKeys },
   ],
   resyncSeconds: 60,
   resync: resyncKeys,
@@ -49,6 +51,7 @@ export default defineFunction({
   // Leases in every namespace: an add-on renews its lease in its install namespace, which the hub chooses.
   writes: (c) => [
     { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
+    { cluster: c.managementCluster, why: "the lease of an add-on whose agent runs outside the managed cluster (a hosting cluster is named), as OCM reads it", apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get"] },
   ],
   reconcile,
 });
@@ -57,7 +60,7 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
   return asAgent(
     io,
-    async ({ hub, spoke, now }) => {
+    async ({ hub, spoke, managed, now }) => {
       const mca = await hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
       if (!mca) return done;
       // Customized: the add-on's manager reports its health itself.
@@ -66,7 +69,9 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
         return done;
       }
       const namespace = installNamespaceOf(mca);
-      const lease = await spoke.get<Lease>(LeaseResource, mca.metadata.name, namespace);
+      // OCM's AddOnLeaseController: on the management cluster for an add-on run outside the managed one
+      const outside = Boolean((mca.metadata.annotations as Record<string, string> | undefined)?.[AddOnAnnotation.HostingClusterName]);
+      const lease = await (outside ? spoke : managed).get<Lease>(LeaseResource, mca.metadata.name, namespace);
       const judged = judgeLease(lease, { addon: mca.metadata.name, now, graceMs: LEASE_DURATION_TIMES * c.leaseDurationSeconds * 1000 });
       // OCM writes this whatever the cluster's state; the hub replaces it while the cluster is Unknown.
       const conditions = setCondition(mca.status?.conditions, judged.condition, now);

@@ -4,9 +4,9 @@
 // expires, reported as ClusterCertificateRotated; secrets whose registration or add-on went away are
 // removed. The root kind is ManagedClusterAddOn on the hub, in the cluster's namespace.
 import { z } from "zod";
-import { SpokeAgentSettingsSchema } from "../../shared/settings.ts";
+import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
 import { asNumber, fromEnv } from "../../shared/env-settings.ts";
-import { AddOnConditionType, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { AddOnAnnotation, AddOnConditionType, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
@@ -68,7 +68,7 @@ export default defineFunction({
     { cluster: c.hubCluster, resource: ManagedClusterAddOnV1alpha1Resource, namespace: c.clusterName, mode: "Resource", root: true },
     { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: `${ClusterLabel.ClusterName}=${c.clusterName}`, mode: "Resource", verbs: ["add", "update"], keys: csrKeys },
     { cluster: c.managementCluster, resource: SecretResource, namespace: c.agentNamespace, mode: "Either", keys: secretKeys },
-    { cluster: c.managementCluster, resource: NamespaceResource, mode: "Reference", verbs: ["add"], keys: namespaceKeys },
+    { cluster: managedClusterOf(c), resource: NamespaceResource, mode: "Reference", verbs: ["add"], keys: namespaceKeys },
   ],
   resyncSeconds: 60,
   resync: resyncKeys,
@@ -84,6 +84,10 @@ export default defineFunction({
   // this cluster's name and an add-on name, which this function writes.
   writes: (c) => [
     { cluster: c.managementCluster, why: "secrets in every namespace, on purpose: an add-on's credentials go to its install namespace, which the hub chooses; deletes touch only secrets labelled with this cluster's and an add-on's name", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
+    // Hosted mode: the add-on runs on the managed cluster, so its credentials go there (the same grant
+    // when the two are one cluster); an add-on annotated with a hosting cluster keeps them here, as OCM's
+    { cluster: managedClusterOf(c), why: "the add-ons' credentials in their install namespaces on the managed cluster", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
+    { cluster: managedClusterOf(c), why: "whether an install namespace exists yet", apiGroups: [""], resources: ["namespaces"], verbs: ["get"] },
   ],
   reconcile,
 });
@@ -104,7 +108,11 @@ async function readAgent(spoke: KubeClient, c: Config, now: Date): Promise<Agent
   return { hub: clientWithSecretFiles(secretText(hubSecret, HubSecretKey.Kubeconfig)!, hubSecret!), bootstrap, agentName };
 }
 
-type Scene = { io: Io<Config>; c: Config; now: Date; spoke: KubeClient; agent: Agent; addon: string };
+// spoke: the management cluster (the agent's secrets, pending requests); runsOn: where the add-on's agent
+// runs and its credentials go (the managed cluster, or the management one for an add-on with a hosting
+// cluster: OCM's registration agent's AgentRunningOutsideManagedCluster).
+type Scene = { io: Io<Config>; c: Config; now: Date; spoke: KubeClient; runsOn: KubeClient; agent: Agent; addon: string };
+const runsOutside = (mca: Addon) => Boolean((mca.metadata.annotations as Record<string, string> | undefined)?.[AddOnAnnotation.HostingClusterName]);
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
@@ -115,10 +123,13 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
     io.log.info({ addon: key.name, reason: agent.reason }, "skipped: not bootstrapped");
     return done;
   }
-  const s: Scene = { io, c, now, spoke, agent, addon: key.name };
+  const managed = io.cluster(managedClusterOf(c));
   try {
     const mca = await agent.hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
-    const owned = (await spoke.list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName, key.name) })).items;
+    const s: Scene = { io, c, now, spoke, runsOn: mca && runsOutside(mca) ? spoke : managed, agent, addon: key.name };
+    // what this agent wrote for the add-on, on each cluster it writes to
+    const clients = spoke === managed ? [spoke] : [spoke, managed];
+    const owned = (await Promise.all(clients.map(async (on) => (await on.list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName, key.name) })).items.map((secret) => ({ secret, on }))))).flat();
     if (!mca) {
       await removeSecrets(s, owned, "the add-on is gone");
       return done;
@@ -128,7 +139,8 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       return done;
     }
     const wanted = credentialsOf(mca, { clusterName: c.clusterName, agentName: agent.agentName });
-    const isWanted = (x: Secret) => wanted.some((w) => (x.metadata.namespace === w.namespace && x.metadata.name === w.secretName) || (x.metadata.namespace === c.agentNamespace && x.metadata.name === w.pendingName));
+    const isWanted = ({ secret: x, on }: Owned) =>
+      wanted.some((w) => (on === s.runsOn && x.metadata.namespace === w.namespace && x.metadata.name === w.secretName) || (on === spoke && x.metadata.namespace === c.agentNamespace && x.metadata.name === w.pendingName));
     await removeSecrets(s, owned.filter((x) => !isWanted(x)), "its registration is gone or changed");
     if (!wanted.length) return done;
     await recordCsrDriver(s, mca, wanted);
@@ -143,9 +155,11 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   }
 }
 
-async function removeSecrets(s: Scene, secrets: readonly Secret[], why: string): Promise<void> {
-  for (const x of secrets) {
-    await s.spoke.delete(SecretResource, x.metadata.name!, x.metadata.namespace, { uid: x.metadata.uid });
+type Owned = { secret: Secret; on: KubeClient };
+
+async function removeSecrets(s: Scene, secrets: readonly Owned[], why: string): Promise<void> {
+  for (const { secret: x, on } of secrets) {
+    await on.delete(SecretResource, x.metadata.name!, x.metadata.namespace, { uid: x.metadata.uid });
     s.io.log.info({ addon: s.addon, secret: `${x.metadata.namespace}/${x.metadata.name}`, why }, "removed an add-on credential");
   }
 }
@@ -163,7 +177,7 @@ async function reconcileCredential(s: Scene, w: Credential): Promise<Outcome> {
   // order a concurrent invocation sees one of the two and never neither.
   const pending = await s.spoke.get<Secret>(SecretResource, w.pendingName, s.c.agentNamespace);
   if (pending) return collectCertificate(s, w, pending);
-  const secret = await s.spoke.get<Secret>(SecretResource, w.secretName, w.namespace);
+  const secret = await s.runsOn.get<Secret>(SecretResource, w.secretName, w.namespace);
   const judged = judgeSecret(secret, w, dataFor(s, w), s.now);
   if (judged.valid) return { recheckInMs: Math.max(1_000, rotationDueAt(judged.cert, judged.certPem).getTime() - s.now.getTime()) };
   s.io.log.info({ addon: s.addon, secret: `${w.namespace}/${w.secretName}`, reason: judged.reason }, "requesting a client certificate");
@@ -207,7 +221,7 @@ async function createCsr(s: Scene, w: Credential, name: string, keyPem: string):
 }
 
 async function collectCertificate(s: Scene, w: Credential, pending: Secret): Promise<Outcome> {
-  const { io, c, spoke } = s;
+  const { io, c, spoke, runsOn } = s;
   const keyPem = secretText(pending, PendingKey.TlsKey)!;
   const csrName = secretText(pending, PendingKey.CsrName)!;
   const judged = judgeCsr(await s.agent.hub.get<CertificateSigningRequest>(CertificateSigningRequestResource, csrName), keyPem);
@@ -232,13 +246,13 @@ async function collectCertificate(s: Scene, w: Credential, pending: Secret): Pro
       break;
   }
   // OCM requests before the install namespace exists and saves once it does (its write fails until then).
-  if (!(await spoke.get(NamespaceResource, w.namespace))) {
+  if (!(await runsOn.get(NamespaceResource, w.namespace))) {
     io.log.info({ addon: s.addon, namespace: w.namespace, csr: csrName }, "waiting: the install namespace does not exist yet");
     return { recheckInMs: c.pendingRecheckMs };
   }
-  const existing = await spoke.get<Secret>(SecretResource, w.secretName, w.namespace);
+  const existing = await runsOn.get<Secret>(SecretResource, w.secretName, w.namespace);
   // Saved before the condition is written, as OCM does, so a failed status write cannot cause a second CSR.
-  await createOrUpdate<Secret>(spoke, SecretResource, {
+  await createOrUpdate<Secret>(runsOn, SecretResource, {
     metadata: { name: w.secretName, namespace: w.namespace, labels: ownedLabels(c.clusterName, s.addon) },
     type: "Opaque",
     // OCM writes its keys over whatever the secret already holds
@@ -272,8 +286,9 @@ async function resyncKeys(io: Io<Config>, tick: TickEvent): Promise<Keys> {
   const c = io.config;
   if (tick.cluster && tick.cluster !== c.hubCluster && tick.cluster !== c.managementCluster) return { skip: `tick for cluster ${tick.cluster}` };
   return withHub(io, async (hub) => {
-    const [all, owned] = await Promise.all([addons(hub, c), io.cluster(c.managementCluster).list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName) })]);
-    const names = new Set([...all.map((a) => a.metadata.name), ...owned.items.map((x) => labelsOf(x)![AddOnLabel.AddonName]!)]);
+    const on = [...new Set([c.managementCluster, managedClusterOf(c)])].map((cluster) => io.cluster(cluster).list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName) }));
+    const [all, ...owned] = await Promise.all([addons(hub, c), ...on]);
+    const names = new Set([...all.map((a) => a.metadata.name), ...owned.flatMap((l) => l.items).map((x) => labelsOf(x)![AddOnLabel.AddonName]!)]);
     return [...names].map((n) => keyOf(c, n));
   });
 }
