@@ -180,8 +180,23 @@ async function reconcileCredential(s: Scene, w: Credential): Promise<Outcome> {
   const secret = await s.runsOn.get<Secret>(SecretResource, w.secretName, w.namespace);
   const judged = judgeSecret(secret, w, dataFor(s, w), s.now);
   if (judged.valid) return { recheckInMs: Math.max(1_000, rotationDueAt(judged.cert, judged.certPem).getTime() - s.now.getTime()) };
+  // A credential for another hub (the agent moved, functions/spoke-registration/hubs.ts) is not kept
+  // while the new one is issued: that hub's identity goes with the move.
+  const held = secretText(secret, HubSecretKey.Kubeconfig);
+  if (secret && held && serverOf(held) !== s.agent.bootstrap.server) {
+    await s.runsOn.delete(SecretResource, w.secretName, w.namespace, { uid: secret.metadata.uid });
+    s.io.log.info({ addon: s.addon, secret: `${w.namespace}/${w.secretName}` }, "removed an add-on credential for another hub");
+  }
   s.io.log.info({ addon: s.addon, secret: `${w.namespace}/${w.secretName}`, reason: judged.reason }, "requesting a client certificate");
   return requestCertificate(s, w);
+}
+
+function serverOf(kubeconfig: string): string | undefined {
+  try {
+    return hubEndpoint(kubeconfig).server;
+  } catch {
+    return undefined;
+  }
 }
 
 const dataFor = (s: Scene, w: Credential) => additionalData(w, { clusterName: s.c.clusterName, kubeconfig: hubKubeconfig(s.agent.bootstrap) });

@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
-import { parse } from "yaml";
+import { parse, stringify } from "yaml";
 import "reflect-metadata"; // @peculiar/x509 resolves its algorithms through tsyringe, which needs it
 import * as x509 from "@peculiar/x509";
 import { startFleet, type Fleet } from "../../dev/local/fleet.ts";
@@ -368,6 +368,20 @@ describe("removing credentials", { timeout: FLEET_TEST_MS }, () => {
         await hub.patch(ManagedClusterAddOnV1alpha1Resource, addon, { metadata: { finalizers: null } }, { namespace: C });
         await eventually(async () => expect(await hub.get(ManagedClusterAddOnV1alpha1Resource, addon, C)).toBeUndefined());
         await a.reconcile(addon);
+      },
+      then: async (addon) => expect(await hubKubeconfigIn(DEFAULT_NS, addon)).toBeUndefined(),
+    },
+    {
+      name: "removes at once a credential whose kubeconfig names another hub (the agent moved hubs), and asks this hub for a new one",
+      when: async (addon, a) => {
+        const held = (await hubKubeconfigIn(DEFAULT_NS, addon))!;
+        const doc = parse(Buffer.from(held.data!.kubeconfig!, "base64").toString());
+        doc.clusters[0].cluster.server = "https://hub-left-behind.invalid:6443";
+        await spoke.update(SecretResource, { ...held, data: { ...held.data, kubeconfig: Buffer.from(stringify(doc)).toString("base64") } });
+        const before = (await csrsOf(addon)).length;
+        await a.reconcile(addon);
+        expect(await hubKubeconfigIn(DEFAULT_NS, addon)).toBeUndefined();
+        expect(await csrsOf(addon)).toHaveLength(before + 1);
       },
       then: async (addon) => expect(await hubKubeconfigIn(DEFAULT_NS, addon)).toBeUndefined(),
     },
