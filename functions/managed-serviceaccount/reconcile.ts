@@ -8,6 +8,7 @@
 // namespace once the add-on is enabled there). The root kind is ManagedServiceAccount on the hub.
 import { z } from "zod";
 import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
+import { after } from "../../shared/timers.ts";
 import { fromEnv } from "../../shared/env-settings.ts";
 import { asAgent } from "../../shared/agent-hub.ts";
 import { clientWithSecretFiles, secretText, withAgentHub, type Secret } from "../../shared/hub-credentials.ts";
@@ -86,20 +87,29 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
         io.log.info({ msa: key.name, secret: `${c.msaNamespace}/${addOnHubSecretName}` }, "skipped: the add-on has no hub kubeconfig here yet (is managed-serviceaccount enabled on this cluster?)");
         return done;
       }
-      try {
-        return await report(io, { hub: addOnHub, spoke, now }, msa);
-      } finally {
-        addOnHub.close();
-      }
+      return await report(io, { hub: addOnHub, spoke, now }, msa);
     },
     { msa: key.name },
   );
 }
 
-async function addOnHubClient(spoke: KubeClient, c: Config): Promise<KubeClient | undefined> {
+// The add-on's hub identity, one client per version of its secret: a kubeconfig and certificate parsed
+// and a TLS handshake made on every reconcile would cost more than the reconcile. A new version (a
+// rotation) replaces it; the replaced client is closed once calls already made with it have ended.
+const addOnHubs = new WeakMap<KubeClient, { version: string; hub: KubeClient }>();
+const REPLACED_CLIENT_CLOSE_MS = 60_000;
+
+export async function addOnHubClient(spoke: KubeClient, c: Config): Promise<KubeClient | undefined> {
   const secret = await spoke.get<Secret>(SecretResource, addOnHubSecretName, c.msaNamespace);
   const kubeconfig = secretText(secret, HubSecretKey.Kubeconfig);
-  return secret && kubeconfig ? clientWithSecretFiles(kubeconfig, secret) : undefined;
+  if (!secret || !kubeconfig) return undefined;
+  const version = `${secret.metadata.uid ?? ""}@${secret.metadata.resourceVersion ?? ""}`;
+  const cached = addOnHubs.get(spoke);
+  if (cached?.version === version) return cached.hub;
+  const hub = clientWithSecretFiles(kubeconfig, secret);
+  addOnHubs.set(spoke, { version, hub });
+  if (cached) after(REPLACED_CLIENT_CLOSE_MS, () => cached.hub.close(), { unref: true });
+  return hub;
 }
 
 type Token = { token: string; expiresAt: Date };

@@ -16,7 +16,7 @@ import { manualClock } from "../../shared/clock.ts";
 import { handleEvent, reconcileKey, type Outcome } from "../../shared/harness.ts";
 import { secretText, type Secret } from "../../shared/hub-credentials.ts";
 import { ManagedServiceAccountResource, MsaSecretKey, type ManagedServiceAccount } from "../../shared/api/authentication.ts";
-import fn, { ConfigSchema, addOnHubSecretName, tokenSubject, type Config } from "../../functions/managed-serviceaccount/reconcile.ts";
+import fn, { ConfigSchema, addOnHubClient, addOnHubSecretName, tokenSubject, type Config } from "../../functions/managed-serviceaccount/reconcile.ts";
 import { identityFor, testIo, tickEvent } from "../support/functions.ts";
 import { eventually } from "../support/eventually.ts";
 import { joinedThenQuiet } from "../support/fixtures.ts";
@@ -173,6 +173,20 @@ describe("what it refuses", () => {
     await a.reconcile(name);
     expect(await readSecret(name)).toBeUndefined();
     expect(findCondition((await readMsa(name))?.status?.conditions, "TokenReported")).toMatchObject({ status: "False", reason: "TokenReportFailed" });
+  });
+
+  it("keeps one client for the add-on's hub identity per version of its secret, and builds a new one once the secret changes", async () => {
+    const a = agent();
+    const client = a.io.cluster(C);
+    const first = await addOnHubClient(client, a.io.config);
+    expect(first).toBeDefined();
+    expect(await addOnHubClient(client, a.io.config)).toBe(first);
+    const secret = (await spoke.get<Secret>(SecretResource, addOnHubSecretName, ADDON_NS))!;
+    await spoke.update(SecretResource, { ...secret, metadata: { ...secret.metadata, annotations: { touched: "yes" } } });
+    const after = await addOnHubClient(client, a.io.config);
+    expect(after).toBeDefined();
+    expect(after).not.toBe(first);
+    expect((await after!.request<{ gitVersion: string }>("GET", "/version")).gitVersion).toMatch(/^v1\./); // it works
   });
 
   it("writes nothing without the add-on's hub kubeconfig (the add-on not enabled on this cluster)", async () => {
