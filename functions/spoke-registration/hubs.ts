@@ -59,8 +59,9 @@ export async function keepOrMoveHub(io: Io<HubsConfig>, spoke: KubeClient, now: 
   // As OCM, the hub in use is the listed kubeconfig whose server is the one bootstrapped with.
   const current = candidates.find((k) => k.server === activeServer);
   // The first usable hub of the list but the one that failed. OCM's agent, restarted, would take the
-  // hub it failed with again when it still looks usable; this one stays there only when no other is.
-  const move = async (reason: string): Promise<Outcome> => {
+  // hub it failed with again when it still looks usable; this one stays there only when no other is,
+  // and then goes on with it (rotation, a pending request) as if nothing had failed.
+  const move = async (reason: string): Promise<Outcome | undefined> => {
     for (const k of candidates) {
       if (k === current) continue;
       const refusal = await refusalOf(k, c.clusterName);
@@ -68,11 +69,12 @@ export async function keepOrMoveHub(io: Io<HubsConfig>, spoke: KubeClient, now: 
       io.log.info({ index: k.index, secret: k.name, refusal }, "failed to check bootstrap kubeconfig");
     }
     io.log.warn({ reason }, noHubAvailable(c.bootstrapKubeconfigSecrets, c.clusterName));
-    return { recheckInMs: c.hubCheckMs };
+    return current ? undefined : { recheckInMs: c.hubCheckMs };
   };
   if (!current) return move(activeText ? "the hub bootstrapped with is in none of the bootstrap kubeconfigs" : "no hub selected yet");
-  // A listed kubeconfig that changed re-bootstraps with it (OCM restarts the agent for that).
-  if (current.text !== activeText) return select({ io, spoke, active, hubSecret, pendingSecret }, current, "the bootstrap kubeconfig changes and rebootstrap is required");
+  // A listed kubeconfig that changed is copied over; as after OCM's restart for it, the hub secret is
+  // judged against it (a new token keeps the certificate; a new CA or cluster entry re-bootstraps).
+  if (current.text !== activeText) return select({ io, spoke, active, hubSecret, pendingSecret, sameHub: true }, current, "the bootstrap kubeconfig changes");
   const trouble = await troubleWith({ io, spoke, now, active: active!, hubSecret, current });
   if (trouble === undefined) return undefined;
   if ("waitMs" in trouble) return { recheckInMs: trouble.waitMs };
@@ -101,13 +103,17 @@ async function troubleWith(o: { io: Io<HubsConfig>; spoke: KubeClient; now: Date
   try {
     let trouble: Trouble;
     try {
-      trouble = hub ? await acceptedAndRenewed(hub, bootstrap, c.clusterName, o.now, timeoutMs) : await reachable(bootstrap, c.clusterName);
+      // a lease is only judged from the moment this certificate was written: before, an old renewal of
+      // an earlier join (or a cluster accepted long before its CSR was approved) is not this agent's
+      const since = Date.parse(String(o.hubSecret?.metadata.creationTimestamp ?? "")) || 0;
+      trouble = hub ? await acceptedAndRenewed(hub, bootstrap, c.clusterName, o.now, timeoutMs, since) : await reachable(bootstrap, c.clusterName);
     } catch (err) {
       const kind = classifyError(err);
       if (kind !== "transient" && kind !== "unauthorized" && kind !== "forbidden") throw err;
       return await unanswered(o, timeoutMs, (err as Error).message);
     }
-    if (annotationsOf(o.active)[UnreachableSinceAnnotation]) {
+    // cleared only with nothing else to do: a move rewrites the secret from what was read, without it
+    if (trouble === undefined && annotationsOf(o.active)[UnreachableSinceAnnotation]) {
       await o.spoke.patch(SecretResource, c.bootstrapSecret, { metadata: { resourceVersion: o.active.metadata.resourceVersion, annotations: { [UnreachableSinceAnnotation]: null } } }, { namespace: c.agentNamespace });
       o.io.log.info({}, "the hub answers again");
     }
@@ -120,7 +126,7 @@ async function troubleWith(o: { io: Io<HubsConfig>; spoke: KubeClient; now: Date
 
 // Bootstrapped. The ManagedCluster is read as the cluster's identity, or as the bootstrap one once the hub
 // has taken the cluster's permissions away (it does so when it stops accepting the cluster).
-async function acceptedAndRenewed(hub: KubeClient, bootstrap: KubeClient, cluster: string, now: Date, timeoutMs: number): Promise<Trouble> {
+async function acceptedAndRenewed(hub: KubeClient, bootstrap: KubeClient, cluster: string, now: Date, timeoutMs: number, sinceMs: number): Promise<Trouble> {
   let mc: ManagedCluster | undefined;
   try {
     mc = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, cluster);
@@ -131,7 +137,7 @@ async function acceptedAndRenewed(hub: KubeClient, bootstrap: KubeClient, cluste
   }
   if (mc?.spec?.hubAcceptsClient === false) return { reason: NotAcceptedReason };
   const renewTime = (await hub.get<Lease>(LeaseResource, ManagedClusterLeaseName, cluster))?.spec?.renewTime;
-  if (renewTime && now.getTime() - Date.parse(renewTime) > timeoutMs) return { reason: `lease out-of-date: last renewed at ${renewTime}` };
+  if (renewTime && now.getTime() - Math.max(Date.parse(renewTime), sinceMs) > timeoutMs) return { reason: `lease out-of-date: last renewed at ${renewTime}` };
   return undefined;
 }
 
@@ -183,15 +189,17 @@ async function refusalOf(k: Candidate, cluster: string): Promise<string | undefi
 
 // bootstrap-hub-kubeconfig becomes the chosen kubeconfig; the old hub's certificate and any request still
 // pending there are deleted, so the next reconcile bootstraps against the new hub from nothing.
-async function select(o: { io: Io<HubsConfig>; spoke: KubeClient; active?: Secret; hubSecret?: Secret; pendingSecret: string }, k: Candidate, reason: string): Promise<Outcome> {
+async function select(o: { io: Io<HubsConfig>; spoke: KubeClient; active?: Secret; hubSecret?: Secret; pendingSecret: string; sameHub?: boolean }, k: Candidate, reason: string): Promise<Outcome> {
   const c = o.io.config;
   const data = { [HubSecretKey.Kubeconfig]: Buffer.from(k.text).toString("base64") };
   const annotations: Record<string, string> = { ...annotationsOf(o.active), [SelectedFromAnnotation]: k.name };
   delete annotations[UnreachableSinceAnnotation];
   if (o.active) await o.spoke.update<Secret>(SecretResource, { ...o.active, metadata: { ...o.active.metadata, annotations }, data });
   else await o.spoke.create<Secret>(SecretResource, { metadata: { name: c.bootstrapSecret, namespace: c.agentNamespace, annotations }, type: "Opaque", data });
-  if (o.hubSecret) await o.spoke.delete(SecretResource, c.hubSecret, c.agentNamespace, { uid: o.hubSecret.metadata.uid });
-  await o.spoke.delete(SecretResource, o.pendingSecret, c.agentNamespace);
+  if (!o.sameHub) {
+    if (o.hubSecret) await o.spoke.delete(SecretResource, c.hubSecret, c.agentNamespace, { uid: o.hubSecret.metadata.uid });
+    await o.spoke.delete(SecretResource, o.pendingSecret, c.agentNamespace);
+  }
   o.io.log.info({ index: k.index, secret: k.name, server: k.server, reason }, `Select bootstrap kubeconfig with index ${k.index} and secret ${k.name}`);
   return { recheckInMs: 0 };
 }

@@ -190,19 +190,45 @@ describe("moving between hubs", () => {
     await movedTo(agent, "hub-b");
   });
 
-  it("re-bootstraps with a bootstrap kubeconfig of the list that changes", async () => {
+  it("takes a bootstrap kubeconfig of the list that changes: a new token keeps the certificate, a renamed cluster entry re-bootstraps", async () => {
     const agent = await newAgent();
     await agent.reconcile();
     const before = await joinOn(agent, "hub-a");
+    const csrs = (await csrsOn("hub-a", agent.config.clusterName)).length;
+    const fresh = await local.get("hub-a").createBootstrapToken(["system:bootstrappers:managedcluster"]);
     const doc = parse(secretText(await secret(agent.listed[0]!), "kubeconfig")!);
+    doc.users[0].user.token = parse(fresh.kubeconfig).users[0].user.token;
+    await writeSecret(agent.listed[0]!, stringify(doc));
+    await agent.reconcile();
+    await agent.reconcile();
+    expect(secretText(await secret(agent.config.bootstrapSecret), "kubeconfig")).toBe(stringify(doc)); // copied over
+    expect(secretText(await secret(agent.config.hubSecret), "tls.crt")).toBe(secretText(before, "tls.crt"));
+    expect(await csrsOn("hub-a", agent.config.clusterName)).toHaveLength(csrs);
+
     doc.clusters[0].name = "renamed-hub";
     doc.contexts[0].context.cluster = "renamed-hub";
     await writeSecret(agent.listed[0]!, stringify(doc));
     await agent.reconcile();
-    await movedTo(agent, "hub-a");
+    expect(await selectedHub(agent)).toBe("hub-a");
     const after = await joinOn(agent, "hub-a");
     expect(hubEndpoint(secretText(after, "kubeconfig")!).clusterName).toBe("renamed-hub");
     expect(secretText(after, "tls.crt")).not.toBe(secretText(before, "tls.crt"));
+  });
+
+  it("stays with its hub and goes on with the registration when its lease has gone stale and no other hub in the list takes it", async () => {
+    const agent = await newAgent({ hubConnectionTimeoutSeconds: 300 });
+    await agent.reconcile();
+    await joinOn(agent, "hub-a");
+    // hub B refuses this agent's bootstrap identity; A's lease goes stale
+    const doc = parse(secretText(await secret(agent.listed[1]!), "kubeconfig")!);
+    doc.users[0].user.token = "abcdef.0123456789abcdef";
+    await writeSecret(agent.listed[1]!, stringify(doc));
+    const lease = await admin("hub-a").get<KubeObject & { spec: { renewTime: string } }>(LeaseResource, ManagedClusterLeaseName, agent.config.clusterName);
+    agent.clock.set(new Date(Date.parse(lease!.spec.renewTime) + 400_000));
+    const outcome = await agent.reconcile();
+    expect(await selectedHub(agent)).toBe("hub-a");
+    expect(await secret(agent.config.hubSecret)).toBeDefined();
+    expect(outcome).not.toEqual({ recheckInMs: 60_000 }); // the registration's own answer, not the hub check's
   });
 
   // Last: it stops hub A's API server, and starts it again however it ends.
