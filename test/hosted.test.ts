@@ -105,4 +105,10 @@ describe("a hosted agent", () => {
     await fleet.hub.create(ConfigMapResource, { metadata: { name: "for-the-addon", namespace: CLUSTER }, data: { hello: "edge" } });
     await eventually(async () => expect((await managed.get<KubeObject & { data?: Record<string, string> }>(ConfigMapResource, "for-the-addon", DefaultAddOnInstallNamespace))?.data).toEqual({ hello: "edge" }), { timeoutMs: STEP_MS, intervalMs: 500 });
   }, STEP_MS * 2);
+
+  it("moves an add-on's credentials off the managed cluster once it names a hosting cluster, and writes none outside the agent's own namespace on the shared management cluster", async () => {
+    await fleet.hub.patch(ManagedClusterAddOnV1alpha1Resource, "helloworld", { metadata: { annotations: { "addon.open-cluster-management.io/hosting-cluster-name": MANAGEMENT } } }, { namespace: CLUSTER });
+    await eventually(async () => expect(await managed.get(SecretResource, "helloworld-hub-kubeconfig", DefaultAddOnInstallNamespace)).toBeUndefined(), { timeoutMs: STEP_MS, intervalMs: 500 });
+    expect(await management.get(SecretResource, "helloworld-hub-kubeconfig", DefaultAddOnInstallNamespace)).toBeUndefined();
+  }, STEP_MS);
 });

@@ -51,7 +51,9 @@ export default defineFunction({
   // Leases in every namespace: an add-on renews its lease in its install namespace, which the hub chooses.
   writes: (c) => [
     { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the bootstrap and hub kubeconfigs the cluster's identity comes from", apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
-    { cluster: c.managementCluster, why: "the lease of an add-on whose agent runs outside the managed cluster (a hosting cluster is named), as OCM reads it", apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get"] },
+    // the lease of an add-on whose agent runs outside the managed cluster (a hosting cluster is named), as
+    // OCM reads it; in Hosted mode only in the agent's own namespace of the shared management cluster
+    { cluster: c.managementCluster, ...(c.managedCluster !== undefined ? { namespace: c.agentNamespace } : {}), why: "the lease of an add-on run outside the managed cluster", apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get"] },
   ],
   reconcile,
 });
@@ -71,6 +73,10 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       const namespace = installNamespaceOf(mca);
       // OCM's AddOnLeaseController: on the management cluster for an add-on run outside the managed one
       const outside = Boolean((mca.metadata.annotations as Record<string, string> | undefined)?.[AddOnAnnotation.HostingClusterName]);
+      if (outside && c.managedCluster !== undefined && namespace !== c.agentNamespace) {
+        io.log.warn({ addon: key.name, namespace, allowed: c.agentNamespace }, "skipped: an add-on run outside a hosted cluster must install into the agent's namespace on the management cluster");
+        return done;
+      }
       const lease = await (outside ? spoke : managed).get<Lease>(LeaseResource, mca.metadata.name, namespace);
       const judged = judgeLease(lease, { addon: mca.metadata.name, now, graceMs: LEASE_DURATION_TIMES * c.leaseDurationSeconds * 1000 });
       // OCM writes this whatever the cluster's state; the hub replaces it while the cluster is Unknown.

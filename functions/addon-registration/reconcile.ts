@@ -82,12 +82,21 @@ export default defineFunction({
   // agent's own secrets in open-cluster-management-agent: the bootstrap and hub kubeconfigs it reads its
   // hub identity from, and the pending-CSR secrets it keeps there. Deletes touch only secrets labelled with
   // this cluster's name and an add-on name, which this function writes.
+  //
+  // Hosted mode: the add-ons run on the managed cluster, so their credentials go there. The management
+  // cluster is shared by every hosted agent and holds their kubeconfigs, so there this agent gets secrets
+  // in its own namespace only, never every namespace.
   writes: (c) => [
-    { cluster: c.managementCluster, why: "secrets in every namespace, on purpose: an add-on's credentials go to its install namespace, which the hub chooses; deletes touch only secrets labelled with this cluster's and an add-on's name", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
-    // Hosted mode: the add-on runs on the managed cluster, so its credentials go there (the same grant
-    // when the two are one cluster); an add-on annotated with a hosting cluster keeps them here, as OCM's
-    { cluster: managedClusterOf(c), why: "the add-ons' credentials in their install namespaces on the managed cluster", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
-    { cluster: managedClusterOf(c), why: "whether an install namespace exists yet", apiGroups: [""], resources: ["namespaces"], verbs: ["get"] },
+    c.managedCluster === undefined
+      ? { cluster: c.managementCluster, why: "secrets in every namespace, on purpose: an add-on's credentials go to its install namespace, which the hub chooses; deletes touch only secrets labelled with this cluster's and an add-on's name", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] }
+      : { cluster: c.managementCluster, namespace: c.agentNamespace, why: "the pending requests, and the credentials of an add-on run outside the managed cluster, which must install into this namespace", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
+    { cluster: c.managementCluster, why: "whether an install namespace exists yet, for an add-on run outside the managed cluster", apiGroups: [""], resources: ["namespaces"], verbs: ["get"] },
+    ...(c.managedCluster === undefined
+      ? []
+      : [
+          { cluster: c.managedCluster, why: "the add-ons' credentials in their install namespaces on the managed cluster", apiGroups: [""], resources: ["secrets"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] },
+          { cluster: c.managedCluster, why: "whether an install namespace exists yet", apiGroups: [""], resources: ["namespaces"], verbs: ["get"] },
+        ]),
   ],
   reconcile,
 });
@@ -129,7 +138,9 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
     const s: Scene = { io, c, now, spoke, runsOn: mca && runsOutside(mca) ? spoke : managed, agent, addon: key.name };
     // what this agent wrote for the add-on, on each cluster it writes to
     const clients = spoke === managed ? [spoke] : [spoke, managed];
-    const owned = (await Promise.all(clients.map(async (on) => (await on.list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName, key.name) })).items.map((secret) => ({ secret, on }))))).flat();
+    // (in Hosted mode the management cluster only in the agent's namespace, all it may read there)
+    const listOn = (on: KubeClient) => on.list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName, key.name), ...(on !== managed ? { namespace: c.agentNamespace } : {}) });
+    const owned = (await Promise.all(clients.map(async (on) => (await listOn(on)).items.map((secret) => ({ secret, on }))))).flat();
     if (!mca) {
       await removeSecrets(s, owned, "the add-on is gone");
       return done;
@@ -173,6 +184,10 @@ async function recordCsrDriver(s: Scene, mca: Addon, wanted: readonly Credential
 // One registration's certificate, as the cluster agent's own: collect a pending request, else keep a
 // valid secret until its rotation falls due, else ask for a new one.
 async function reconcileCredential(s: Scene, w: Credential): Promise<Outcome> {
+  if (s.runsOn === s.spoke && s.c.managedCluster !== undefined && w.namespace !== s.c.agentNamespace) {
+    s.io.log.warn({ addon: s.addon, namespace: w.namespace, allowed: s.c.agentNamespace }, "skipped: an add-on run outside a hosted cluster must install into the agent's namespace on the management cluster, the only one this agent may write secrets in there");
+    return done;
+  }
   // Pending before the secret: an issuance writes the secret, then deletes the pending one, so in this
   // order a concurrent invocation sees one of the two and never neither.
   const pending = await s.spoke.get<Secret>(SecretResource, w.pendingName, s.c.agentNamespace);
@@ -301,7 +316,9 @@ async function resyncKeys(io: Io<Config>, tick: TickEvent): Promise<Keys> {
   const c = io.config;
   if (tick.cluster && tick.cluster !== c.hubCluster && tick.cluster !== c.managementCluster) return { skip: `tick for cluster ${tick.cluster}` };
   return withHub(io, async (hub) => {
-    const on = [...new Set([c.managementCluster, managedClusterOf(c)])].map((cluster) => io.cluster(cluster).list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName) }));
+    const on = [...new Set([c.managementCluster, managedClusterOf(c)])].map((cluster) =>
+      io.cluster(cluster).list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName), ...(c.managedCluster !== undefined && cluster === c.managementCluster ? { namespace: c.agentNamespace } : {}) }),
+    );
     const [all, ...owned] = await Promise.all([addons(hub, c), ...on]);
     const names = new Set([...all.map((a) => a.metadata.name), ...owned.flatMap((l) => l.items).map((x) => labelsOf(x)![AddOnLabel.AddonName]!)]);
     return [...names].map((n) => keyOf(c, n));
