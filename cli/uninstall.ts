@@ -12,7 +12,8 @@
 // an AppliedManifestWork owns then goes with it (the garbage collector follows the owner references the
 // work applier set, as on OCM), unless its ManifestWork orphaned it. SIG-Multicluster's CRDs are left
 // (every cluster manager's); the ClusterProfiles and SIG PlacementDecisions we published in them go.
-import { SecretResource } from "../shared/api/kube.ts";
+import { NamespaceResource, SecretResource } from "../shared/api/kube.ts";
+import { HostedClusterLabel } from "./render/spoke.ts";
 import { ManagedClusterResource } from "../shared/api/cluster.ts";
 import { ClusterManagerName, ClusterProfileResource, InventoryLabel, SigPlacementDecisionResource } from "../shared/api/inventory.ts";
 import { AppliedManifestWorkResource, ManifestWorkResource, type AppliedManifestWork } from "../shared/api/work.ts";
@@ -138,7 +139,10 @@ async function removeAppliedWorks(client: KubeClient, works: readonly Found[], o
 
 export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: UninstallOptions, print: (line: string) => void): Promise<void> {
   const discovery = new Discovery(client);
-  const selector = o.selector ? `${partOfSelector},${o.selector}` : partOfSelector;
+  // A Default spoke's uninstall leaves the hosted agents a management cluster may also run, and, while
+  // any is left, the CRDs they share.
+  const selector = o.selector ? `${partOfSelector},${o.selector}` : side === "spoke" ? `${partOfSelector},!${HostedClusterLabel}` : partOfSelector;
+  const hostedLeft = side === "spoke" && !o.selector ? (await again(() => client.list<Found>(NamespaceResource, { labelSelector: `${partOfSelector},${HostedClusterLabel}` }))).items.map((n) => n.metadata.name) : [];
   const deadline = Date.now() + o.timeoutMs;
   if (side === "hub") await purgeClusters(client, discovery, { ...o, deadline }, print);
 
@@ -152,6 +156,10 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
   if (!listed.length) {
     print(`nothing of ocm-functions${o.selector ? ` (${o.selector})` : ""} on the ${side} at ${client.server}`);
     return;
+  }
+  if (hostedLeft.length) {
+    for (const { type, items } of listed.filter((l) => isCrd(l.type))) print(`left ${plural(items.length, type.kind)}: the hosted agents in ${hostedLeft.join(", ")} use them (ocmf uninstall spoke --mode hosted for each first)`);
+    listed.splice(0, listed.length, ...listed.filter((l) => !isCrd(l.type)));
   }
   for (const { type, resource, items } of listed) {
     if (isCrd(type)) await releaseOrphanedFinalizers(client, discovery, items, { deadline, timeoutText: o.timeoutText }, print);
@@ -179,7 +187,8 @@ export async function uninstall(client: KubeClient, side: "hub" | "spoke", o: Un
     },
   );
   if (side === "hub") await removePublished(client, discovery, print);
-  print(`The ${side} is uninstalled: nothing labelled ${selector} is left.`);
+  if (hostedLeft.length) print(`The spoke's own agent is uninstalled; its CRDs stay for the hosted agents in ${hostedLeft.join(", ")}.`);
+  else print(`The ${side} is uninstalled: nothing labelled ${o.selector ? selector : partOfSelector} is left.`);
 }
 
 // The ClusterProfiles and SIG PlacementDecisions our functions published (the manager's label says

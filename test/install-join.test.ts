@@ -332,6 +332,28 @@ describe("install, join, accept, uninstall", () => {
     await eventually(async () => expect(await spokeAdmin.get(ConfigMapResource, "hello-from-hub", "default")).toBeDefined(), { timeoutMs: 60_000 });
   }, 300_000);
 
+  it("uninstall spoke removes every labelled object of the spoke render's kinds, CRDs last, and finds nothing the second time", async () => {
+    // Knative would stop the agent's pods with their Services; here their processes stop first.
+    await spokeRun?.stop();
+    const r = await ocmf(["uninstall", "spoke", "--kubeconfig", spokeKubeconfig]);
+    expect(r.code, described(r)).toBe(0);
+    expect(r.stdout.trimEnd().split("\n").at(-1)).toBe(`The spoke is uninstalled: nothing labelled ${partOfSelector} is left.`);
+    const deletions = r.stdout.split("\n").filter((l) => l.startsWith("deleted "));
+    expect(deletions.at(-1)).toMatch(/^deleted \d+ CustomResourceDefinitions$/);
+    // the AppliedManifestWork's finalizer, which no work applier will release now; what it applied goes
+    // with it, as the garbage collector follows the owner references, and uninstall waits for that
+    // before the CRD goes (after it, the collector could no longer look the owner up)
+    expect(r.stdout).toContain("released the OCM finalizers of 1 object whose functions are gone");
+    expect(r.stdout).toContain("deleted 1 AppliedManifestWork and, by their owner references, what they applied");
+    expect(await spokeAdmin.get(ConfigMapResource, "hello-from-hub", "default")).toBeUndefined();
+    expect(await labelled(spokeAdmin, renderSpoke())).toEqual([]);
+    expect(await spokeAdmin.get(NamespaceResource, AgentNamespaceDefault)).toBeUndefined();
+
+    const again = await ocmf(["uninstall", "spoke", "--kubeconfig", spokeKubeconfig]);
+    expect(again.code, described(again)).toBe(0);
+    expect(again.stdout).toBe(`nothing of ocm-functions on the spoke at ${spoke.url}\n`);
+  }, 360_000);
+
   it("join --mode hosted puts the agent on the management cluster in klusterlet-<cluster> and on the managed cluster only the kinds it records there; run and accepted, it is Joined and Available, reports the managed cluster's capacity, applies work there, and get clusters says Hosted", async () => {
     const r = await ocmf(["join", "--hub-kubeconfig", join(work, "bootstrap.kubeconfig"), "--cluster-name", HOSTED, "--mode", "hosted", "--managed-kubeconfig", managedKubeconfig, "--wait", "crds"], { KUBECONFIG: spokeKubeconfig });
     expect(r.code, described(r)).toBe(0);
@@ -376,40 +398,23 @@ describe("install, join, accept, uninstall", () => {
     await hostedRun.stop();
   }, 300_000);
 
-  it("uninstall spoke --mode hosted removes that agent from the management cluster and what it recorded from the managed cluster, and leaves the other agent", async () => {
+  it("uninstall spoke (Default) on that management cluster leaves the hosted agent and the CRDs it uses; uninstall spoke --mode hosted then removes that agent and what it recorded on the managed cluster", async () => {
+    const def = await ocmf(["uninstall", "spoke", "--kubeconfig", spokeKubeconfig]);
+    expect(def.code, described(def)).toBe(0);
+    expect(def.stdout).toMatch(/^left \d+ CustomResourceDefinitions: the hosted agents in klusterlet-edge2 use them/m);
+    expect(await spokeAdmin.get(NamespaceResource, hostedAgentNamespace(HOSTED))).toBeDefined();
+    expect(await spokeAdmin.get(CustomResourceDefinitionResource, "appliedmanifestworks.work.open-cluster-management.io")).toBeDefined();
+
     const r = await ocmf(["uninstall", "spoke", "--mode", "hosted", "--cluster-name", HOSTED, "--managed-kubeconfig", managedKubeconfig], { KUBECONFIG: spokeKubeconfig });
     expect(r.code, described(r)).toBe(0);
     expect(await spokeAdmin.get(NamespaceResource, hostedAgentNamespace(HOSTED))).toBeUndefined();
     const { items } = await spokeAdmin.list(ClusterRoleResource, { labelSelector: hostedSelector(HOSTED) });
     expect(items).toEqual([]);
-    expect(await spokeAdmin.get(NamespaceResource, AgentNamespaceDefault)).toBeDefined(); // the other agent stays
     expect(await labelled(managedAdmin, [...renderManaged(), { apiVersion: "v1", kind: "Secret" }])).toEqual([]);
     // the hub admin detaches it, as after any uninstall
     await hubAdmin.delete(ManagedClusterResource, HOSTED);
     await eventually(async () => expect(await hubAdmin.get(ManagedClusterResource, HOSTED)).toBeUndefined(), { timeoutMs: 60_000 });
   }, 300_000);
-
-  it("uninstall spoke removes every labelled object of the spoke render's kinds, CRDs last, and finds nothing the second time", async () => {
-    // Knative would stop the agent's pods with their Services; here their processes stop first.
-    await spokeRun?.stop();
-    const r = await ocmf(["uninstall", "spoke", "--kubeconfig", spokeKubeconfig]);
-    expect(r.code, described(r)).toBe(0);
-    expect(r.stdout.trimEnd().split("\n").at(-1)).toBe(`The spoke is uninstalled: nothing labelled ${partOfSelector} is left.`);
-    const deletions = r.stdout.split("\n").filter((l) => l.startsWith("deleted "));
-    expect(deletions.at(-1)).toMatch(/^deleted \d+ CustomResourceDefinitions$/);
-    // the AppliedManifestWork's finalizer, which no work applier will release now; what it applied goes
-    // with it, as the garbage collector follows the owner references, and uninstall waits for that
-    // before the CRD goes (after it, the collector could no longer look the owner up)
-    expect(r.stdout).toContain("released the OCM finalizers of 1 object whose functions are gone");
-    expect(r.stdout).toContain("deleted 1 AppliedManifestWork and, by their owner references, what they applied");
-    expect(await spokeAdmin.get(ConfigMapResource, "hello-from-hub", "default")).toBeUndefined();
-    expect(await labelled(spokeAdmin, renderSpoke())).toEqual([]);
-    expect(await spokeAdmin.get(NamespaceResource, AgentNamespaceDefault)).toBeUndefined();
-
-    const again = await ocmf(["uninstall", "spoke", "--kubeconfig", spokeKubeconfig]);
-    expect(again.code, described(again)).toBe(0);
-    expect(again.stdout).toBe(`nothing of ocm-functions on the spoke at ${spoke.url}\n`);
-  }, 360_000);
 
   it("uninstall hub refuses while a ManagedCluster is registered; with --purge-clusters the running hub functions release it and the rest goes, but for SIG-Multicluster's CRDs and what another cluster manager published in them", async () => {
     // a profile of ours (as cluster-profiles labels them; for no cluster, so the running function or the
