@@ -268,7 +268,7 @@ describe("a render", () => {
     expect(of(renderSpoke(), "Secret")).toEqual([]);
   });
 
-  it("renders a hosted agent for the management cluster: every object in klusterlet-<cluster>, labelled and with cluster-wide roles named after it; the functions and the relay reach the managed cluster with external-managed-kubeconfig, and no role grants anything of the managed cluster there", () => {
+  it("renders a hosted agent for the management cluster: every object in klusterlet-<cluster>, labelled and with cluster-wide roles named after it, none of them reading secrets or leases in every namespace or granting the managed cluster's kinds; the functions and the relay reach the managed cluster with external-managed-kubeconfig", () => {
     const objects = renderSpoke({ clusterName: "edge-9", managedKubeconfig: "kind: Config # managed\n" });
     const ns = "klusterlet-edge-9";
     expect(objects.filter((o) => o.metadata.namespace !== undefined && o.metadata.namespace !== ns).map((o) => `${o.kind} ${o.metadata.namespace}/${o.metadata.name}`)).toEqual([]);
@@ -277,9 +277,10 @@ describe("a render", () => {
     const clusterWide = objects.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").map((o) => o.metadata.name);
     expect(clusterWide.length).toBeGreaterThan(0);
     expect(clusterWide.filter((n) => !n.endsWith(":edge-9"))).toEqual([]);
-    const managedKinds = new Set(["nodes", "clusterclaims", "appliedmanifestworks", "serviceaccounts", "*"]);
+    // the shared management cluster holds every hosted agent's kubeconfigs: nothing cluster-wide reads secrets
+    const notClusterWide = new Set(["secrets", "leases", "nodes", "clusterclaims", "appliedmanifestworks", "serviceaccounts", "*"]);
     const granted = of<Manifest & { rules: { resources?: string[] }[] }>(objects, "ClusterRole").flatMap((r) => r.rules.flatMap((rule) => rule.resources ?? []));
-    expect(granted.filter((r) => managedKinds.has(r))).toEqual([]);
+    expect(granted.filter((r) => notClusterWide.has(r))).toEqual([]);
     const secret = of<Manifest & { data: Record<string, string> }>(objects, "Secret").find((s) => s.metadata.name === "external-managed-kubeconfig")!;
     expect(Buffer.from(secret.data.kubeconfig!, "base64").toString()).toBe("kind: Config # managed\n");
     type Mounted = KService & { spec: { template: { spec: { volumes?: { secret?: { secretName: string } }[]; containers: (Container & { volumeMounts?: { mountPath: string }[] })[] } } } };
@@ -294,6 +295,13 @@ describe("a render", () => {
     const config = configFromEnvironment(source.spec.template.spec.containers[0]!.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, {});
     expect(config.clusters.managed).toEqual({ secret: { cluster: "spoke", namespace: ns, name: "external-managed-kubeconfig", key: "kubeconfig" } });
     expect(config.sources.filter((s) => s.cluster === "managed").map((s) => s.resource.plural).sort()).toEqual(expect.arrayContaining(["appliedmanifestworks", "clusterclaims", "nodes"]));
+  });
+
+  it("renders two hosted agents for one management cluster without a name in common but the shared CRDs", () => {
+    const key = (o: Manifest) => `${o.apiVersion} ${o.kind} ${o.metadata.namespace ?? ""}/${o.metadata.name}`;
+    const [a, b] = ["edge-9", "edge-10"].map((clusterName) => renderSpoke({ clusterName, managedKubeconfig: "kind: Config\n" }).filter((o) => o.kind !== "CustomResourceDefinition").map(key));
+    expect(a!.length).toBeGreaterThan(40);
+    expect(a!.filter((k) => b!.includes(k))).toEqual([]);
   });
 
   it("renders several hubs as one bootstrap kubeconfig Secret each, in order, named in spoke-registration's list with the timeout", () => {
