@@ -3,7 +3,7 @@
 // auth, impersonation, exec plugins, the CA (data, file, none with insecure-skip-tls-verify),
 // tls-server-name, the in-cluster service account, and proxy-url through HTTP CONNECT and SOCKS5
 // proxies. What it does not support it refuses by name.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { createServer as createHttpServer } from "node:http";
 import { connect, createServer as createTcpServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { stringify } from "yaml";
 import { startClusters, type LocalCluster, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { KubeClient } from "../shared/kube/client.ts";
+import { clientsFromEnv } from "../shared/kube/clients.ts";
 import { KubeError } from "../shared/kube/errors.ts";
 import { inClusterKubeconfig, parseKubeconfig, readKubeconfigFile } from "../shared/kube/kubeconfig.ts";
 import { issueCertificate } from "../shared/pki.ts";
@@ -426,3 +427,24 @@ async function startSocks5Proxy(auth?: { user: string; password: string }) {
   const port = await listen(server);
   return { port, targets, close: closable(server, sockets) };
 }
+
+describe("clients of a function process (shared/kube/clients.ts)", () => {
+  it("reads a cluster's kubeconfig file once, and again once the file changes (a rotated mounted Secret)", async () => {
+    const folder = join(dir, `clients-${Math.random().toString(36).slice(2, 7)}`);
+    mkdirSync(folder);
+    const file = join(folder, "managed.kubeconfig");
+    writeFileSync(file, hub.adminKubeconfig);
+    const clientsOf = clientsFromEnv({ OCM_KUBECONFIG_DIR: folder, OCM_CLUSTER_NAME: "spoke" });
+    const first = clientsOf("managed");
+    expect(clientsOf("managed")).toBe(first);
+    expect((await first.request<{ gitVersion: string }>("GET", "/version")).gitVersion).toMatch(/^v1\./);
+    const renamed = hub.adminKubeconfig.replace(/server: https:\/\/127\.0\.0\.1:/, "server: https://localhost:");
+    expect(renamed).not.toBe(hub.adminKubeconfig);
+    writeFileSync(file, renamed);
+    utimesSync(file, new Date(), new Date(Date.now() + 5_000)); // a later mtime, whatever the clock's grain
+    const second = clientsOf("managed");
+    expect(second).not.toBe(first);
+    expect(second.server).toContain("https://localhost:");
+    expect(() => clientsOf("elsewhere")).toThrow("no credentials for cluster elsewhere");
+  });
+});

@@ -59,7 +59,9 @@ export default defineFunction({
   ],
   resyncSeconds: 60,
   // the cluster's key whatever cluster the tick names: it is the only thing this function reconciles
-  resync: (io) => [clusterKey(io.config)],
+  // one tick per interval: the relay ticks once for each cluster it watches (the hub, the management
+  // cluster, in Hosted mode the managed one too), and this key is the same whichever it names
+  resync: (io, tick) => (tick.cluster && tick.cluster !== io.config.managementCluster ? { skip: `tick for cluster ${tick.cluster}` } : [clusterKey(io.config)]),
   // spoke-cluster-status on the spoke: read the agent's hub credentials and settings (the agent-config
   // checkpoint), keep the kube-apiserver probe's failure streak and its statusSync health record, read nodes
   // and ClusterClaims, probe the API server, and make the managed namespaces of the cluster's sets. Hub

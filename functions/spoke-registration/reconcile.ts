@@ -71,7 +71,9 @@ export default defineFunction({
   ],
   resyncSeconds: 60,
   // the agent's key whatever cluster the tick names: it is the only thing this function reconciles
-  resync: (io) => [agentKey(io.config)],
+  // one tick per interval: the relay ticks once for each cluster it watches (the hub, the management
+  // cluster, in Hosted mode the managed one too), and this key is the same whichever it names
+  resync: (io, tick) => (tick.cluster && tick.cluster !== io.config.managementCluster ? { skip: `tick for cluster ${tick.cluster}` } : [agentKey(io.config)]),
   // spoke-registration on the spoke: the agent's secrets in its namespace, nothing else. Its hub access
   // is only what the hub grants the bootstrap identity and, after acceptance, the cluster's own identity.
   writes: (c) => [

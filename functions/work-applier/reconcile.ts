@@ -57,7 +57,8 @@ export default defineFunction({
     { cluster: managedClusterOf(c), resource: AppliedManifestWorkResource, mode: "Resource", keys: (e) => appliedKeys(c, e.ref.name) },
   ],
   resyncSeconds: 60,
-  resync: (io) => keysOnTick(io),
+  // one sweep per interval: the relay ticks once for each cluster it watches
+  resync: (io, tick) => (tick.cluster && tick.cluster !== io.config.managementCluster ? { skip: `tick for cluster ${tick.cluster}` } : keysOnTick(io)),
   // work-applier on the spoke. Its hub access is only the cluster's own identity, which acceptance grants
   // open-cluster-management:managedcluster:work (manifestworks and their status in the cluster namespace).
   //

@@ -1,6 +1,7 @@
 // Clients per cluster name for a function process: kubeconfig files in a directory
 // (<dir>/<cluster>.kubeconfig), or the pod's in-cluster identity for the cluster it runs in.
-import { existsSync } from "node:fs";
+import { statSync } from "node:fs";
+import { after } from "../timers.ts";
 import { join } from "node:path";
 import { KubeClient } from "./client.ts";
 
@@ -22,20 +23,25 @@ export function clientsFromKubeconfigs(kubeconfigs: Readonly<Record<string, stri
 }
 
 // Production wiring: OCM_KUBECONFIG_DIR holds <cluster>.kubeconfig files; the cluster named by
-// OCM_CLUSTER_NAME (default "hub") may instead use the pod's service account.
+// OCM_CLUSTER_NAME (default "hub") may instead use the pod's service account. A file is read again once
+// it changes (a mounted Secret rotated, e.g. Hosted mode's external-managed-kubeconfig); the client it
+// replaces is closed a little later, once calls already made with it have ended.
+const REPLACED_CLIENT_CLOSE_MS = 60_000;
 export function clientsFromEnv(env: NodeJS.ProcessEnv = process.env): ClusterClients {
   const dir = env.OCM_KUBECONFIG_DIR;
   const home = env.OCM_CLUSTER_NAME ?? "hub";
-  const cache = new Map<string, KubeClient>();
+  const cache = new Map<string, { client: KubeClient; mtimeMs?: number }>();
   return (cluster) => {
-    let c = cache.get(cluster);
-    if (!c) {
-      const file = dir ? join(dir, `${cluster}.kubeconfig`) : undefined;
-      if (file && existsSync(file)) c = KubeClient.fromKubeconfigFile(file);
-      else if (cluster === home) c = KubeClient.inCluster();
-      else throw new Error(`no credentials for cluster ${cluster} (looked for ${file ?? "OCM_KUBECONFIG_DIR"})`);
-      cache.set(cluster, c);
-    }
-    return c;
+    const file = dir ? join(dir, `${cluster}.kubeconfig`) : undefined;
+    const mtimeMs = file ? statSync(file, { throwIfNoEntry: false })?.mtimeMs : undefined;
+    const cached = cache.get(cluster);
+    if (cached && cached.mtimeMs === mtimeMs) return cached.client;
+    let client: KubeClient;
+    if (file && mtimeMs !== undefined) client = KubeClient.fromKubeconfigFile(file);
+    else if (cluster === home) client = KubeClient.inCluster();
+    else throw new Error(`no credentials for cluster ${cluster} (looked for ${file ?? "OCM_KUBECONFIG_DIR"})`);
+    cache.set(cluster, { client, mtimeMs });
+    if (cached) after(REPLACED_CLIENT_CLOSE_MS, () => cached.client.close(), { unref: true });
+    return client;
   };
 }
