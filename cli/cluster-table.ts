@@ -1,5 +1,5 @@
 // The tables of `ocmf get` and of the live view of `npm start`: kubectl's columns for OCM's kinds.
-import { ManagedClusterResource, ManagedClusterConditionType, type ManagedCluster } from "../shared/api/cluster.ts";
+import { DeployModeAnnotation, ManagedClusterResource, ManagedClusterConditionType, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { ManagedClusterAddOnV1alpha1Resource } from "../shared/api/addon.ts";
 import type { KubeClient, KubeObject } from "../shared/kube/client.ts";
@@ -29,10 +29,6 @@ function age(ms: number): string {
   if (s < 7200) return `${Math.floor(s / 60)}m`;
   return `${Math.floor(s / 3600)}h`;
 }
-
-// The annotation our agent sets on its ManagedCluster in Hosted mode (cli/render/spoke.ts); OCM's own
-// agents set none, so their clusters show Default.
-const DeployModeAnnotation = "agent.open-cluster-management.io/klusterlet-deploy-mode";
 
 // What `kubectl get managedclusters -o wide` does not show: the agent's mode, version, capacity and taints.
 export async function clusterDetails(hub: KubeClient): Promise<string> {

@@ -41,6 +41,15 @@ export function hubEndpoint(kubeconfigText: string): HubEndpoint {
   };
 }
 
+// The server a kubeconfig's current context names; undefined for one that is not readable.
+export function hubServerOf(kubeconfigText: string): string | undefined {
+  try {
+    return hubEndpoint(kubeconfigText).server;
+  } catch {
+    return undefined;
+  }
+}
+
 // The hub kubeconfig of §3.4: the bootstrap cluster entry kept as it is, cert auth from tls.crt/tls.key.
 export function hubKubeconfig(bootstrap: HubEndpoint): string {
   const cluster: Record<string, unknown> = { server: bootstrap.server, "insecure-skip-tls-verify": false };

@@ -3,6 +3,7 @@
 // ContainerSource watching the spoke and, with the agent's credentials, the hub), the heartbeat
 // Deployment, and the bootstrap kubeconfig when given.
 import { DefaultAddOnInstallNamespace } from "../../shared/api/addon.ts";
+import { DeployModeAnnotation } from "../../shared/api/cluster.ts";
 import { stringify } from "yaml";
 import { AgentNamespaceDefault, BootstrapSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { watchRules } from "../../shared/sdk.ts";
@@ -56,7 +57,6 @@ export type SpokeOptions = CommonOptions & {
 export const hostedAgentNamespace = (cluster: string) => `klusterlet-${cluster}`;
 export const ExternalManagedKubeconfigSecret = "external-managed-kubeconfig";
 export const ManagedClusterEventName = "managed";
-export const HostedModeAnnotation = "agent.open-cluster-management.io/klusterlet-deploy-mode"; // cli/cluster-table.ts reads it
 // On every object of one hosted agent but the shared CRDs: which managed cluster it is for, so uninstall
 // takes that agent's objects and no other's.
 export const HostedClusterLabel = "ocm-functions.io/hosted-cluster";
@@ -181,7 +181,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   const clusterName = o.clusterName ?? "cluster1";
   const hosted = o.managedKubeconfig !== undefined;
   const hostedNs = hosted ? hostedAgentNamespace(clusterName) : undefined;
-  const values = { ...spokeEnvValues(o), ...(hostedNs ? { AGENT_NAMESPACE: hostedNs, CLUSTER_ANNOTATIONS: [o.env?.CLUSTER_ANNOTATIONS, `${HostedModeAnnotation}=Hosted`].filter(Boolean).join(",") } : {}) };
+  const values = { ...spokeEnvValues(o), ...(hostedNs ? { AGENT_NAMESPACE: hostedNs, CLUSTER_ANNOTATIONS: [o.env?.CLUSTER_ANNOTATIONS, `${DeployModeAnnotation}=Hosted`].filter(Boolean).join(",") } : {}) };
   // Hosted: each function also reaches the managed cluster, with the kubeconfig its Secret holds as a file.
   const hostedEnv = hosted ? [{ name: "OCM_MANAGED_CLUSTER_NAME", value: ManagedClusterEventName }, { name: "OCM_KUBECONFIG_DIR", value: KubeconfigDir }] : [];
   const kubeconfigs = hosted ? { secretName: ExternalManagedKubeconfigSecret, dir: KubeconfigDir, files: [{ key: HubSecretKey.Kubeconfig, path: `${ManagedClusterEventName}.kubeconfig` }] } : undefined;

@@ -5,7 +5,7 @@
 import { z } from "zod";
 import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
 import { asNumber, fromEnv } from "../../shared/env-settings.ts";
-import { AddOnAnnotation, AddOnConditionType, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { AddOnConditionType, AddOnReason, HealthCheckMode, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { LeaseResource } from "../../shared/api/kube.ts";
 import { patchStatusIfChanged } from "../../shared/apply.ts";
 import { setCondition, type NewCondition } from "../../shared/conditions.ts";
@@ -15,7 +15,7 @@ import { withAgentHub } from "../../shared/hub-credentials.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
-import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
+import { installNamespaceOf, outsideInstallRefusal, runsOutsideManagedCluster } from "../../shared/addon-install-namespace.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   // OCM's AddOnLeaseControllerLeaseDurationSeconds (60; its integration tests lower it)
@@ -72,9 +72,10 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
       }
       const namespace = installNamespaceOf(mca);
       // OCM's AddOnLeaseController: on the management cluster for an add-on run outside the managed one
-      const outside = Boolean((mca.metadata.annotations as Record<string, string> | undefined)?.[AddOnAnnotation.HostingClusterName]);
-      if (outside && c.managedCluster !== undefined && namespace !== c.agentNamespace) {
-        io.log.warn({ addon: key.name, namespace, allowed: c.agentNamespace }, "skipped: an add-on run outside a hosted cluster must install into the agent's namespace on the management cluster");
+      const outside = runsOutsideManagedCluster(mca);
+      const refusal = outside ? outsideInstallRefusal(c, namespace) : undefined;
+      if (refusal) {
+        io.log.warn({ addon: key.name }, `skipped: ${refusal}`);
         return done;
       }
       const lease = await (outside ? spoke : managed).get<Lease>(LeaseResource, mca.metadata.name, namespace);

@@ -6,7 +6,7 @@
 import { z } from "zod";
 import { SpokeAgentSettingsSchema, managedClusterOf } from "../../shared/settings.ts";
 import { asNumber, fromEnv } from "../../shared/env-settings.ts";
-import { AddOnAnnotation, AddOnConditionType, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
+import { AddOnConditionType, AddOnLabel, ManagedClusterAddOnV1alpha1Resource, type ManagedClusterAddOnV1alpha1 } from "../../shared/api/addon.ts";
 import { ClusterLabel } from "../../shared/api/cluster.ts";
 import { CertificateSigningRequestResource, NamespaceResource, SecretResource } from "../../shared/api/kube.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
@@ -34,11 +34,11 @@ import {
 import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { defineFunction } from "../../shared/sdk.ts";
-import { withAgentHub, clientWithSecretFiles, hubEndpoint, hubKubeconfig, judgeHubSecret, secretText, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
+import { withAgentHub, clientWithSecretFiles, hubEndpoint, hubKubeconfig, hubServerOf, judgeHubSecret, secretText, type HubEndpoint, type Secret } from "../../shared/hub-credentials.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
-import { labelsQuery } from "../../shared/selector-query.ts";
-import { installNamespaceOf } from "../../shared/addon-install-namespace.ts";
+import { labelsQuery, type LabelQuery } from "../../shared/selector-query.ts";
+import { installNamespaceOf, outsideInstallRefusal, runsOutsideManagedCluster } from "../../shared/addon-install-namespace.ts";
 import { additionalData, credentialsOf, judgeSecret, type Credential } from "./registrations.ts";
 
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
@@ -121,7 +121,6 @@ async function readAgent(spoke: KubeClient, c: Config, now: Date): Promise<Agent
 // runs and its credentials go (the managed cluster, or the management one for an add-on with a hosting
 // cluster: OCM's registration agent's AgentRunningOutsideManagedCluster).
 type Scene = { io: Io<Config>; c: Config; now: Date; spoke: KubeClient; runsOn: KubeClient; agent: Agent; addon: string };
-const runsOutside = (mca: Addon) => Boolean((mca.metadata.annotations as Record<string, string> | undefined)?.[AddOnAnnotation.HostingClusterName]);
 
 export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const c = io.config;
@@ -135,12 +134,8 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
   const managed = io.cluster(managedClusterOf(c));
   try {
     const mca = await agent.hub.get<Addon>(ManagedClusterAddOnV1alpha1Resource, key.name, c.clusterName);
-    const s: Scene = { io, c, now, spoke, runsOn: mca && runsOutside(mca) ? spoke : managed, agent, addon: key.name };
-    // what this agent wrote for the add-on, on each cluster it writes to
-    const clients = spoke === managed ? [spoke] : [spoke, managed];
-    // (in Hosted mode the management cluster only in the agent's namespace, all it may read there)
-    const listOn = (on: KubeClient) => on.list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName, key.name), ...(on !== managed ? { namespace: c.agentNamespace } : {}) });
-    const owned = (await Promise.all(clients.map(async (on) => (await listOn(on)).items.map((secret) => ({ secret, on }))))).flat();
+    const s: Scene = { io, c, now, spoke, runsOn: mca && runsOutsideManagedCluster(mca) ? spoke : managed, agent, addon: key.name };
+    const owned = await ownedSecrets(io, ownedSelector(c.clusterName, key.name));
     if (!mca) {
       await removeSecrets(s, owned, "the add-on is gone");
       return done;
@@ -168,6 +163,20 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
 
 type Owned = { secret: Secret; on: KubeClient };
 
+// What this agent wrote (labelled so), on each cluster it writes to: the managed one in any namespace;
+// in Hosted mode the management one only in the agent's namespace, all it may read there.
+async function ownedSecrets(io: Io<Config>, labelSelector: LabelQuery): Promise<Owned[]> {
+  const c = io.config;
+  const lists = await Promise.all(
+    [...new Set([c.managementCluster, managedClusterOf(c)])].map(async (cluster) => {
+      const on = io.cluster(cluster);
+      const namespace = c.managedCluster !== undefined && cluster === c.managementCluster ? c.agentNamespace : undefined;
+      return (await on.list<Secret>(SecretResource, { labelSelector, ...(namespace ? { namespace } : {}) })).items.map((secret) => ({ secret, on }));
+    }),
+  );
+  return lists.flat();
+}
+
 async function removeSecrets(s: Scene, secrets: readonly Owned[], why: string): Promise<void> {
   for (const { secret: x, on } of secrets) {
     await on.delete(SecretResource, x.metadata.name!, x.metadata.namespace, { uid: x.metadata.uid });
@@ -184,8 +193,9 @@ async function recordCsrDriver(s: Scene, mca: Addon, wanted: readonly Credential
 // One registration's certificate, as the cluster agent's own: collect a pending request, else keep a
 // valid secret until its rotation falls due, else ask for a new one.
 async function reconcileCredential(s: Scene, w: Credential): Promise<Outcome> {
-  if (s.runsOn === s.spoke && s.c.managedCluster !== undefined && w.namespace !== s.c.agentNamespace) {
-    s.io.log.warn({ addon: s.addon, namespace: w.namespace, allowed: s.c.agentNamespace }, "skipped: an add-on run outside a hosted cluster must install into the agent's namespace on the management cluster, the only one this agent may write secrets in there");
+  const refusal = s.runsOn === s.spoke ? outsideInstallRefusal(s.c, w.namespace) : undefined;
+  if (refusal) {
+    s.io.log.warn({ addon: s.addon }, `skipped: ${refusal}`);
     return done;
   }
   // Pending before the secret: an issuance writes the secret, then deletes the pending one, so in this
@@ -198,20 +208,12 @@ async function reconcileCredential(s: Scene, w: Credential): Promise<Outcome> {
   // A credential for another hub (the agent moved, functions/spoke-registration/hubs.ts) is not kept
   // while the new one is issued: that hub's identity goes with the move.
   const held = secretText(secret, HubSecretKey.Kubeconfig);
-  if (secret && held && serverOf(held) !== s.agent.bootstrap.server) {
+  if (secret && held && hubServerOf(held) !== s.agent.bootstrap.server) {
     await s.runsOn.delete(SecretResource, w.secretName, w.namespace, { uid: secret.metadata.uid });
     s.io.log.info({ addon: s.addon, secret: `${w.namespace}/${w.secretName}` }, "removed an add-on credential for another hub");
   }
   s.io.log.info({ addon: s.addon, secret: `${w.namespace}/${w.secretName}`, reason: judged.reason }, "requesting a client certificate");
   return requestCertificate(s, w);
-}
-
-function serverOf(kubeconfig: string): string | undefined {
-  try {
-    return hubEndpoint(kubeconfig).server;
-  } catch {
-    return undefined;
-  }
 }
 
 const dataFor = (s: Scene, w: Credential) => additionalData(w, { clusterName: s.c.clusterName, kubeconfig: hubKubeconfig(s.agent.bootstrap) });
@@ -316,11 +318,8 @@ async function resyncKeys(io: Io<Config>, tick: TickEvent): Promise<Keys> {
   const c = io.config;
   if (tick.cluster && tick.cluster !== c.hubCluster && tick.cluster !== c.managementCluster) return { skip: `tick for cluster ${tick.cluster}` };
   return withHub(io, async (hub) => {
-    const on = [...new Set([c.managementCluster, managedClusterOf(c)])].map((cluster) =>
-      io.cluster(cluster).list<Secret>(SecretResource, { labelSelector: ownedSelector(c.clusterName), ...(c.managedCluster !== undefined && cluster === c.managementCluster ? { namespace: c.agentNamespace } : {}) }),
-    );
-    const [all, ...owned] = await Promise.all([addons(hub, c), ...on]);
-    const names = new Set([...all.map((a) => a.metadata.name), ...owned.flatMap((l) => l.items).map((x) => labelsOf(x)![AddOnLabel.AddonName]!)]);
+    const [all, owned] = await Promise.all([addons(hub, c), ownedSecrets(io, ownedSelector(c.clusterName))]);
+    const names = new Set([...all.map((a) => a.metadata.name), ...owned.map(({ secret }) => labelsOf(secret)![AddOnLabel.AddonName]!)]);
     return [...names].map((n) => keyOf(c, n));
   });
 }

@@ -11,7 +11,7 @@ import { ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } 
 import { LeaseResource, SecretResource, SelfSubjectAccessReviewResource } from "../../shared/api/kube.ts";
 import { HubSecretKey } from "../../shared/api/registration.ts";
 import type { Io, Outcome } from "../../shared/harness.ts";
-import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type Secret } from "../../shared/hub-credentials.ts";
+import { clientWithSecretFiles, hubEndpoint, hubServerOf, judgeHubSecret, secretText, type Secret } from "../../shared/hub-credentials.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { classifyError } from "../../shared/kube/errors.ts";
 
@@ -38,16 +38,19 @@ type Candidate = { index: number; name: string; text: string; server: string };
 type Lease = KubeObject & { spec?: { renewTime?: string } };
 type Trouble = { reason: string } | { waitMs: number } | undefined;
 
+// The agent's own secrets, as the registration read them: bootstrap-hub-kubeconfig (active), the hub
+// secret, and the name of the pending request's.
+export type AgentState = { active?: Secret; hubSecret?: Secret; pendingSecret: string };
+
 // undefined: keep the hub in bootstrap-hub-kubeconfig and go on with the registration. An outcome: this
 // reconcile is over (it moved, or waits for a hub to answer or to become usable).
-export async function keepOrMoveHub(io: Io<HubsConfig>, spoke: KubeClient, now: Date, pendingSecret: string): Promise<Outcome | undefined> {
+export async function keepOrMoveHub(io: Io<HubsConfig>, spoke: KubeClient, now: Date, { active, hubSecret, pendingSecret }: AgentState): Promise<Outcome | undefined> {
   const c = io.config;
-  const get = (name: string) => spoke.get<Secret>(SecretResource, name, c.agentNamespace);
-  const [active, hubSecret, ...listed] = await Promise.all([get(c.bootstrapSecret), get(c.hubSecret), ...c.bootstrapKubeconfigSecrets.map(get)]);
+  const listed = await Promise.all(c.bootstrapKubeconfigSecrets.map((name) => spoke.get<Secret>(SecretResource, name, c.agentNamespace)));
   const candidates = listed.flatMap((s, index): Candidate[] => {
     const name = c.bootstrapKubeconfigSecrets[index]!;
     const text = secretText(s, HubSecretKey.Kubeconfig);
-    const server = text && serverOf(text);
+    const server = text && hubServerOf(text);
     if (!text || !server) {
       if (s) io.log.warn({ secret: name }, "passed over: no readable kubeconfig in this bootstrap kubeconfig secret");
       return [];
@@ -55,7 +58,7 @@ export async function keepOrMoveHub(io: Io<HubsConfig>, spoke: KubeClient, now: 
     return [{ index, name, text, server }];
   });
   const activeText = secretText(active, HubSecretKey.Kubeconfig);
-  const activeServer = activeText && serverOf(activeText);
+  const activeServer = activeText && hubServerOf(activeText);
   // As OCM, the hub in use is the listed kubeconfig whose server is the one bootstrapped with.
   const current = candidates.find((k) => k.server === activeServer);
   // The first usable hub of the list but the one that failed. OCM's agent, restarted, would take the
@@ -84,12 +87,10 @@ export async function keepOrMoveHub(io: Io<HubsConfig>, spoke: KubeClient, now: 
 
 const annotationsOf = (s: Secret | undefined) => (s?.metadata.annotations ?? {}) as Record<string, string>;
 
-function serverOf(text: string): string | undefined {
-  try {
-    return hubEndpoint(text).server;
-  } catch {
-    return undefined;
-  }
+// The unreachable mark on bootstrap-hub-kubeconfig, set (a time) or cleared (null), on the version judged.
+async function markUnreachable(o: { io: Io<HubsConfig>; spoke: KubeClient; active: Secret }, since: string | null): Promise<void> {
+  const c = o.io.config;
+  await o.spoke.patch(SecretResource, c.bootstrapSecret, { metadata: { resourceVersion: o.active.metadata.resourceVersion, annotations: { [UnreachableSinceAnnotation]: since } } }, { namespace: c.agentNamespace });
 }
 
 // Whether the hub bootstrapped with still takes this agent: it accepts the cluster, and the cluster's lease
@@ -114,7 +115,7 @@ async function troubleWith(o: { io: Io<HubsConfig>; spoke: KubeClient; now: Date
     }
     // cleared only with nothing else to do: a move rewrites the secret from what was read, without it
     if (trouble === undefined && annotationsOf(o.active)[UnreachableSinceAnnotation]) {
-      await o.spoke.patch(SecretResource, c.bootstrapSecret, { metadata: { resourceVersion: o.active.metadata.resourceVersion, annotations: { [UnreachableSinceAnnotation]: null } } }, { namespace: c.agentNamespace });
+      await markUnreachable(o, null);
       o.io.log.info({}, "the hub answers again");
     }
     return trouble;
@@ -152,7 +153,7 @@ async function unanswered(o: { io: Io<HubsConfig>; spoke: KubeClient; now: Date;
   const c = o.io.config;
   const since = annotationsOf(o.active)[UnreachableSinceAnnotation];
   if (!since) {
-    await o.spoke.patch(SecretResource, c.bootstrapSecret, { metadata: { resourceVersion: o.active.metadata.resourceVersion, annotations: { [UnreachableSinceAnnotation]: o.now.toISOString() } } }, { namespace: c.agentNamespace });
+    await markUnreachable(o, o.now.toISOString());
     o.io.log.warn({ error, timeoutSeconds: c.hubConnectionTimeoutSeconds }, "failed to reach the hub: counting toward the hub connection timeout");
     return { waitMs: Math.min(c.hubCheckMs, timeoutMs) };
   }

@@ -32,6 +32,10 @@ import { readCertificate } from "../../shared/pki.ts";
 import { labelsQuery } from "../../shared/selector-query.ts";
 import { keepOrMoveHub } from "./hubs.ts";
 
+// Holds the private key (and the name of the CSR it went into) while the hub decides: a function
+// remembers nothing, and OCM's secret layout must not change, so it has a secret of its own.
+export const pendingSecretName = (c: { hubSecret: string }) => `${c.hubSecret}-pending-csr`;
+
 export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   agentName: fromEnv("AGENT_ID", z.string().min(1).optional()),
   externalServerUrls: fromEnv("SPOKE_EXTERNAL_SERVER_URLS", z.array(z.url()).default([]), asList),
@@ -50,15 +54,12 @@ export const ConfigSchema = SpokeAgentSettingsSchema.extend({
 }).superRefine((c, ctx) => {
   const path = ["bootstrapKubeconfigSecrets"];
   if (c.bootstrapKubeconfigSecrets.length === 1) ctx.addIssue({ code: "custom", path, message: "expect at least 2 bootstrap kubeconfigs" });
-  for (const own of [c.bootstrapSecret, c.hubSecret, `${c.hubSecret}-pending-csr`]) {
+  for (const own of [c.bootstrapSecret, c.hubSecret, pendingSecretName(c)]) {
     if (c.bootstrapKubeconfigSecrets.includes(own)) ctx.addIssue({ code: "custom", path, message: `${own} is one of the agent's own secrets, not a bootstrap kubeconfig of the list` });
   }
 });
 export type Config = z.infer<typeof ConfigSchema>;
 
-// Holds the private key (and the name of the CSR it went into) while the hub decides: a function
-// remembers nothing, and OCM's secret layout must not change, so it has a secret of its own.
-export const pendingSecretName = (c: Config) => `${c.hubSecret}-pending-csr`;
 
 // One key per agent: its cluster. The agent's own secrets (Reference mode: no secret data travels) and
 // the CSRs of this cluster on the hub, whose issuance is an update, wake it; so does every resync tick.
@@ -96,21 +97,21 @@ export async function reconcile(io: Io<Config>, _key: Key): Promise<Outcome> {
   const c = io.config;
   const now = io.clock.now();
   const spoke = io.cluster(c.managementCluster);
+  const bootstrapSecret = await spoke.get<Secret>(SecretResource, c.bootstrapSecret, c.agentNamespace);
+  // Pending before the hub secret: an issuance writes the hub secret, then deletes the pending one, so
+  // in this order a concurrent invocation sees one of the two and never neither.
+  const pending = await spoke.get<Secret>(SecretResource, pendingSecretName(c), c.agentNamespace);
+  const hubSecret = await spoke.get<Secret>(SecretResource, c.hubSecret, c.agentNamespace);
   if (c.bootstrapKubeconfigSecrets.length > 0) {
-    const moved = await keepOrMoveHub(io, spoke, now, pendingSecretName(c));
+    const moved = await keepOrMoveHub(io, spoke, now, { active: bootstrapSecret, hubSecret, pendingSecret: pendingSecretName(c) });
     if (moved) return moved;
   }
-  const bootstrapSecret = await spoke.get<Secret>(SecretResource, c.bootstrapSecret, c.agentNamespace);
   const bootstrapText = secretText(bootstrapSecret, HubSecretKey.Kubeconfig);
   if (!bootstrapText) {
     io.log.info({ secret: c.bootstrapSecret }, "waiting: no bootstrap kubeconfig");
     return done;
   }
   const bootstrap = hubEndpoint(bootstrapText);
-  // Pending before the hub secret: an issuance writes the hub secret, then deletes the pending one, so
-  // in this order a concurrent invocation sees one of the two and never neither.
-  const pending = await spoke.get<Secret>(SecretResource, pendingSecretName(c), c.agentNamespace);
-  const hubSecret = await spoke.get<Secret>(SecretResource, c.hubSecret, c.agentNamespace);
   const pendingAgentName = secretText(pending, HubSecretKey.AgentName);
   const agentName = c.agentName ?? secretText(hubSecret, HubSecretKey.AgentName) ?? pendingAgentName ?? randomBytes(3).toString("hex").slice(0, 5);
   const judged = judgeHubSecret({ hubSecret, bootstrap, clusterName: c.clusterName, agentName, now });
@@ -160,7 +161,6 @@ function rotationDueInMs(cert: { notBefore: Date; notAfter: Date }, certPem: str
 // 401/403 are expected here (the bootstrap identity may be expired or narrow) and are not errors.
 async function ensureManagedCluster({ io, c, hub }: Registration): Promise<void> {
   const caBundle = spokeCaBundle(io.cluster(managedClusterOf(c))); // the CA of the cluster registered
-
   const clientConfigs = c.externalServerUrls.map((url) => ({ url, caBundle }));
   try {
     const existing = await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, c.clusterName);

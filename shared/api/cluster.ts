@@ -140,6 +140,8 @@ export const ClusterAnnotation = {
 export const PlacementDisableAnnotation = "cluster.open-cluster-management.io/experimental-scheduling-disable";
 // --cluster-annotations only passes keys with this prefix.
 export const AgentAnnotationPrefix = "agent.open-cluster-management.io";
+// Set by our agent in Hosted mode (an annotation of the prefix agents may set); OCM's agents set none.
+export const DeployModeAnnotation = `${AgentAnnotationPrefix}/klusterlet-deploy-mode`;
 
 export const ClusterFinalizer = {
   ApiResourceCleanup: "cluster.open-cluster-management.io/api-resource-cleanup",
