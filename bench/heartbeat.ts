@@ -1,6 +1,7 @@
-// Footprint of the heartbeat sidecar: components/heartbeat/main.ts, and its bundle as production runs it, as
-// a child process against a joined fleet cluster with a 1 s lease, its resident memory from /proc while it runs, and its CPU per renewal as
-// the child measures it after warming up (logged on SIGTERM).
+// Footprint of the heartbeat: the relay (components/relay/main.ts, and its bundle as production runs it) with
+// only a heartbeat setting and no sources, as a child process against a joined fleet cluster with a 1 s
+// lease, its resident memory from /proc while it runs, and its CPU per renewal as the child measures it
+// after warming up (logged on SIGTERM). A spoke's relay keeps its watches beside this.
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -18,9 +19,9 @@ import { memoryOf, percentile, mib } from "./stats.ts";
 const CLUSTER = "bench";
 // HEARTBEAT_BENCH_SECONDS: a longer run, to see the figures settle.
 const RUN_MS = Number(process.env.HEARTBEAT_BENCH_SECONDS || 20) * 1_000;
-const SOURCE = join(import.meta.dirname, "..", "components", "heartbeat", "main.ts");
+const SOURCE = join(import.meta.dirname, "..", "components", "relay", "main.ts");
 // What `npm run build` writes; HEARTBEAT_BUNDLE names another build (npm run build -- --outdir DIR).
-const BUNDLE = process.env.HEARTBEAT_BUNDLE || join(import.meta.dirname, "..", "dist", "components", "heartbeat.js");
+const BUNDLE = process.env.HEARTBEAT_BUNDLE || join(import.meta.dirname, "..", "dist", "components", "relay.js");
 // The TypeScript source, and the bundle production runs (when built) with the defaults and with a young
 // generation of 1 MiB, which suits a process that allocates little and often.
 const VARIANTS: { name: string; entry: string; flags: string[] }[] = [
@@ -52,7 +53,7 @@ type Stopped = { beats: number; renewals: number; cpuUs: number; rssBytes: numbe
 async function runSidecar(kubeconfigFile: string, entry: string, flags: string[]) {
   const port = await freePort();
   const child = spawn(process.execPath, [...flags, entry], {
-    env: { ...process.env, SPOKE_CLUSTER_NAME: CLUSTER, KUBECONFIG: kubeconfigFile, HEALTH_PORT: String(port) },
+    env: { ...process.env, OCM_RELAY_CONFIG: JSON.stringify({ clusters: { spoke: { kubeconfigFile } }, heartbeat: { cluster: "spoke", clusterName: CLUSTER, health: { port } } }) },
     stdio: ["ignore", "ignore", "pipe"],
   });
   let logs = "";
@@ -71,7 +72,7 @@ async function runSidecar(kubeconfigFile: string, entry: string, flags: string[]
     const procCpuMs = (Number(stat[11]) + Number(stat[12])) * 10; // utime + stime, in 100 Hz ticks
     child.kill("SIGTERM");
     await exited;
-    const line = logs.split("\n").find((l) => l.includes('"msg":"stopped"'));
+    const line = logs.split("\n").find((l) => l.includes('"msg":"heartbeat stopped"'));
     if (!line) throw new Error(`the sidecar logged no counters:\n${logs.slice(-2_000)}`);
     const stopped = JSON.parse(line) as Stopped;
     const lateHalf = samples.slice(Math.floor(samples.length / 2));

@@ -5,13 +5,13 @@
 // run by dev/local/deployed.ts, every function and relay a bundle process under its own identity. One
 // bootstrap token is an auto-approval user (OCM_CLUSTER_AUTO_APPROVAL_USERS), for every cluster name.
 // Two spoke control planes: `spoke` for our agent (`ocmf join`, then deployed.ts runs the applied
-// functions, relay and heartbeat as bundle processes) and `ocmspoke` for OCM's `registration agent` and
+// functions and relay (which keeps the heartbeat) as bundle processes) and `ocmspoke` for OCM's `registration agent` and
 // `work agent` (OCM's own ClusterClaim and AppliedManifestWork CRDs when the Go module cache has them).
 //
 //  1. Cold join: from the spawn to a valid hub-kubeconfig-secret on the spoke (judgeHubSecret, as the
 //     agents judge it) and ManagedClusterJoined=True on the hub, polled every 10 ms. Ours: every process
 //     the join applied starts as a scale from zero starts it (the functions first, then the relay and
-//     the heartbeat, as deployed.ts does); the clock starts before deployed.ts is called, so it includes
+//     its heartbeat, as deployed.ts does); the clock starts before deployed.ts is called, so it includes
 //     its TokenRequests; "from the first spawn" subtracts those (spawn times from /proc, 10 ms grain).
 //     OCM: `registration agent` spawned fresh. A new cluster name every time; both spokes' secrets are
 //     cleared between runs. The last run of each stays up for 3-5.
@@ -23,7 +23,7 @@
 //     identity and which were refused (403/409/5xx), and the milliseconds functions waited for a
 //     permission. SPOKE_BENCH_TRACE_FILE=FILE writes the median join request by request. OCM's agent
 //     has no warm form (one process whose join begins when it starts): its cold figure is its figure.
-//  3. Memory at steady state: RSS and RssAnon (/proc/PID/status) of our relay + heartbeat (and, apart,
+//  3. Memory at steady state: RSS and RssAnon (/proc/PID/status) of our relay, heartbeat in it (and, apart,
 //     the function processes, which scale to zero in production) vs OCM's registration + work agents.
 //  4. CPU per lease period: utime+stime (/proc/PID/stat) over the window, both clusters' leases set to
 //     SPOKE_BENCH_LEASE_SECONDS on the hub.
@@ -49,7 +49,7 @@ import { logTail, startGuard, startProcess, stopProcess, type Managed } from "..
 import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { createNodes } from "../dev/local/nodes.ts";
 import { HubNamespaceDefault } from "../cli/render/index.ts";
-import { HeartbeatName, RelayName } from "../cli/render/spoke.ts";
+import { RelayName } from "../cli/render/spoke.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { CustomResourceDefinitionResource, NamespaceResource, SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
@@ -304,13 +304,12 @@ async function warmJoinOurs(ctx: Ctx, spoke: Joiner, name: string): Promise<Warm
   const run = await deploySpoke(ctx, spoke, name);
   try {
     // warm: every function answers (deployed.ts waited), the relay runs (its spoke watches listed a
-    // moment after it says it started; the hub's wait for credentials, silently) and the heartbeat too
+    // moment after it says it started; the hub's wait for credentials, silently) with its heartbeat
     const relay = run.deployed.processes.find((p) => p.name.endsWith(`-${RelayName}`))!;
     await until("the relay started", () => (readFileSync(relay.logFile, "utf8").includes('"msg":"relay started') ? true : undefined), 30_000, 20).catch((err: Error) => {
       throw new Error(`${err.message}:\n${logTail(relay)}`);
     });
-    const heartbeat = run.deployed.processes.find((p) => p.name.endsWith(`-${HeartbeatName}`));
-    if (heartbeat) await until("the heartbeat started", () => (readFileSync(heartbeat.logFile, "utf8").includes('"msg":"started"') ? true : undefined), 30_000, 20).catch(() => undefined);
+    await until("the heartbeat started", () => (readFileSync(relay.logFile, "utf8").includes('"msg":"heartbeat started"') ? true : undefined), 30_000, 20).catch(() => undefined);
     await pause(1_000);
     const t0 = Date.now();
     const p0 = performance.now();
@@ -719,7 +718,7 @@ export const spoke = {
         ...oursSteady.deployed.processes.map((p) => ({
           label: p.name.replace(/^spoke-/, ""),
           pid: p.child.pid!,
-          group: (p.name.endsWith(`-${RelayName}`) || p.name.endsWith(`-${HeartbeatName}`) ? "ours-long" : "ours-fn") as Proc["group"],
+          group: (p.name.endsWith(`-${RelayName}`) ? "ours-long" : "ours-fn") as Proc["group"],
         })),
         ...(ocmSteady && ocmWork
           ? [
@@ -736,11 +735,11 @@ export const spoke = {
         figures[`  ${p.label}`] = `RSS ${mib(p.rss)} (max ${mib(p.rssMax)}), RssAnon ${mib(p.anon)}, CPU ${fmt(p.cpuMs)} ms = ${fmt(p.cpuMs / periods, 1)} ms/period${p.alive ? "" : " (EXITED)"}`;
       }
       const mem = { oursRss: sum("ours-long", (x) => x.rss), oursAnon: sum("ours-long", (x) => x.anon), ocmRss: sum("ocm", (x) => x.rss), ocmAnon: sum("ocm", (x) => x.anon) };
-      figures["RSS: our relay+heartbeat / OCM's 2 agents / ratio"] = `${mib(mem.oursRss)} / ${mib(mem.ocmRss)} / ${ratio(mem.oursRss, mem.ocmRss)} (target ≤ 0.50)`;
-      figures["RssAnon: our relay+heartbeat / OCM / ratio"] = `${mib(mem.oursAnon)} / ${mib(mem.ocmAnon)} / ${ratio(mem.oursAnon, mem.ocmAnon)}`;
+      figures["RSS: our relay with its heartbeat / OCM's 2 agents / ratio"] = `${mib(mem.oursRss)} / ${mib(mem.ocmRss)} / ${ratio(mem.oursRss, mem.ocmRss)} (target ≤ 0.50)`;
+      figures["RssAnon: our relay with its heartbeat / OCM / ratio"] = `${mib(mem.oursAnon)} / ${mib(mem.ocmAnon)} / ${ratio(mem.oursAnon, mem.ocmAnon)}`;
       figures["RSS of our 6 function processes (scale to zero)"] = mib(sum("ours-fn", (x) => x.rss));
       const cpu = { long: sum("ours-long", (x) => x.cpuMs) / periods, fns: sum("ours-fn", (x) => x.cpuMs) / periods, ocm: sum("ocm", (x) => x.cpuMs) / periods };
-      figures["CPU/lease period: our relay+heartbeat / OCM / ratio"] = `${fmt(cpu.long, 1)} ms / ${fmt(cpu.ocm, 1)} ms / ${ratio(cpu.long, cpu.ocm)}`;
+      figures["CPU/lease period: our relay with its heartbeat / OCM / ratio"] = `${fmt(cpu.long, 1)} ms / ${fmt(cpu.ocm, 1)} ms / ${ratio(cpu.long, cpu.ocm)}`;
       figures["CPU/lease period: ours incl. functions / OCM / ratio"] = `${fmt(cpu.long + cpu.fns, 1)} ms / ${fmt(cpu.ocm, 1)} ms / ${ratio(cpu.long + cpu.fns, cpu.ocm)}`;
       // 5. What the spoke relay delivered in the window, and what each function skipped.
       const delivered = new Map<string, number>();

@@ -196,13 +196,15 @@ describe("a bad setting stops a function bundle at start with one line naming th
 });
 
 describe("the other bundles", () => {
-  it("the heartbeat bundle serves its health endpoint and stops cleanly on SIGTERM", async () => {
+  it("the relay bundle with a heartbeat setting serves the heartbeat's health endpoint and stops cleanly on SIGTERM", async () => {
     const kubeconfig = writeKubeconfig(join(work, "heartbeat"), HUB, await identityFor(hub, "heartbeat"));
     const port = await freePort();
-    const heartbeat = run([file("heartbeat")], { KUBECONFIG: kubeconfig, SPOKE_CLUSTER_NAME: "cluster1", HEALTH_PORT: String(port) });
+    const config = { clusters: { spoke: { kubeconfigFile: kubeconfig } }, heartbeat: { cluster: "spoke", clusterName: "cluster1", health: { port } } };
+    const relay = run([file("relay")], { OCM_RELAY_CONFIG: JSON.stringify(config) });
     await eventually(async () => expect(await get(`http://127.0.0.1:${port}/healthz`)).toEqual({ status: 200, body: "ok" }));
-    heartbeat.child.kill("SIGTERM");
-    expect(await heartbeat.exit).toBe(0);
+    relay.child.kill("SIGTERM");
+    expect(await relay.exit).toBe(0);
+    expect(relay.output()).toContain('"msg":"heartbeat stopped"');
   });
 
   it("the CLI bundle answers --help and lists the hub's clusters from KUBECONFIG", async () => {
@@ -236,7 +238,7 @@ describe("what the bundles hold", () => {
   });
 
   it("holds only what its entry imports: no other function's or component's code", () => {
-    const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : ["relay", "heartbeat", "cp-creds"].includes(b.name) ? `components/${b.name}/` : `functions/${b.name}/`);
+    const own = (b: BundleResult) => (b.name === "ocmf" ? "cli/" : ["relay", "cp-creds"].includes(b.name) ? `components/${b.name}/` : `functions/${b.name}/`);
     // The CLI renders the spoke relay's configuration and checks it with the relay's own schema, and
     // derives every source and subscription from the functions' definitions (cli/render/definitions.ts);
     // `ocmf run function` runs a user's function locally: its server and a relay (dev/local/run-function.ts).
@@ -244,6 +246,6 @@ describe("what the bundles hold", () => {
     const shared: Record<string, (i: string) => boolean> = { ocmf: (i) => i.startsWith("components/relay/") || i.startsWith("functions/") || runFunction.includes(i) };
     const strays = bundles.flatMap((b) => b.inputs.filter((i) => /^(functions|components|cli|dev)\//.test(i) && !i.startsWith(own(b)) && !shared[b.name]?.(i)).map((i) => `${b.name} ← ${i}`));
     expect(strays).toEqual([]);
-    expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "cp-creds", "heartbeat", "ocmf", "relay"].sort());
+    expect(bundles.map((b) => b.name).sort()).toEqual([...functionNames(), "cp-creds", "ocmf", "relay"].sort());
   });
 });

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "node:net";
 import { CONNECTION_LIMITS, DEFAULT_BODY_LIMIT, startCloudEventServer, type CloudEvent, type CloudEventServer } from "../shared/cloudevents-server.ts";
-import { HEALTH_LIMITS, serveHealth } from "../components/heartbeat/health.ts";
+import { HEALTH_LIMITS, serveHealth } from "../components/relay/heartbeat/health.ts";
 import { METRICS_LIMITS } from "../shared/metrics-endpoint.ts";
 import { serve, type FunctionSpec } from "../shared/harness.ts";
 import { freePort } from "../dev/control-plane/clusters.ts";

@@ -28,10 +28,10 @@ import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterRes
 import { AgentNamespaceDefault, HubSecretKey, ManagedClustersGroup, agentUser, clusterGroup } from "../shared/api/registration.ts";
 import { setCondition } from "../shared/conditions.ts";
 import clusterAcceptor, * as clusterAcceptorModule from "../functions/cluster-acceptor/reconcile.ts";
-import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../components/heartbeat/sidecar.ts";
-import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../components/heartbeat/schedule.ts";
-import { RebootstrapRequiredMessage } from "../components/heartbeat/health.ts";
-import type { Lease } from "../components/heartbeat/lease.ts";
+import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../components/relay/heartbeat/sidecar.ts";
+import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../components/relay/heartbeat/schedule.ts";
+import { RebootstrapRequiredMessage } from "../components/relay/heartbeat/health.ts";
+import type { Lease } from "../components/relay/heartbeat/lease.ts";
 import { activate, healthRecord, withoutAgentConfig } from "./support/agent-checkpoint.ts";
 import { eventually } from "./support/eventually.ts";
 import { reconcileAsRelay } from "./support/functions.ts";
@@ -453,23 +453,20 @@ describe("agent settings", () => {
     }
   });
 
-  it("a sidecar process whose checkpoint names a proxy URL with undecodable credentials (http://%zz@127.0.0.1:9) stays alive, says why it ignores it, and renews straight to the hub (issue 23)", async () => {
+  it("a relay process keeping a heartbeat whose checkpoint names a proxy URL with undecodable credentials (http://%zz@127.0.0.1:9) stays alive, says why it ignores it, and renews straight to the hub (issue 23)", async () => {
     await withoutAgentConfig(spokeAdmin);
     const c = await joinedCluster({ leaseDurationSeconds: 1 });
     // As an agent-config function older than the schema's bounds would have written it.
     await activate(spokeAdmin, { heartbeat: { proxyURL: "http://%zz@127.0.0.1:9" } });
     const dir = mkdtempSync(join(tmpdir(), "heartbeat-proxy-"));
     writeFileSync(join(dir, "spoke.kubeconfig"), await identityFor(local.get("spoke"), "heartbeat"), { mode: 0o600 });
-    const child = spawn(process.execPath, [join(import.meta.dirname, "..", "components", "heartbeat", "main.ts")], {
-      env: {
-        ...process.env,
-        KUBECONFIG: join(dir, "spoke.kubeconfig"),
-        SPOKE_CLUSTER_NAME: c.name,
-        AGENT_NAMESPACE: c.secrets.agentNamespace,
-        BOOTSTRAP_SECRET: c.secrets.bootstrapSecret,
-        HUB_KUBECONFIG_SECRET: c.secrets.hubSecret,
-        HEALTH_PORT: "0",
-      },
+    // the relay process with only its heartbeat setting, as a spoke's relay runs it beside its watches
+    const config = {
+      clusters: { spoke: { kubeconfigFile: join(dir, "spoke.kubeconfig") } },
+      heartbeat: { cluster: "spoke", clusterName: c.name, agentNamespace: c.secrets.agentNamespace, bootstrapSecret: c.secrets.bootstrapSecret, hubSecret: c.secrets.hubSecret, health: { port: 0 } },
+    };
+    const child = spawn(process.execPath, [join(import.meta.dirname, "..", "components", "relay", "main.ts")], {
+      env: { ...process.env, OCM_RELAY_CONFIG: JSON.stringify(config) },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let stderr = "";

@@ -28,7 +28,7 @@ function writeDist(dist: string, functions: Record<string, string>): void {
     writeFileSync(join(dist, "functions", name, "index.js"), code);
   }
   mkdirSync(join(dist, "components"), { recursive: true });
-  for (const name of ["relay", "heartbeat"]) writeFileSync(join(dist, "components", `${name}.js`), bundle(name));
+  for (const name of ["relay"]) writeFileSync(join(dist, "components", `${name}.js`), bundle(name));
 }
 
 // The archive as any reader sees it: unpacked by GNU tar, not by our own code.
@@ -130,7 +130,7 @@ describe("npm run images", () => {
   }, 300_000); // builds the base and Node layers anew
 
   it("shares the base and Node layers between images, each app layer holding only its own bundle", () => {
-    expect(first.images.map((b) => b.name)).toEqual(["alpha", "beta", "heartbeat", "relay"]);
+    expect(first.images.map((b) => b.name)).toEqual(["alpha", "beta", "relay"]);
     for (const b of first.images) expect(layerDigests(b).slice(0, 2)).toEqual([first.base.digest, first.node.digest]);
     expect(tarList(byName(first, "alpha").image.layers[2]!.data)).toEqual(["app/", "app/index.js"]);
     expect(tarList(byName(first, "relay").image.layers[2]!.data)).toEqual(["app/", "app/relay.js"]);
@@ -278,7 +278,6 @@ describe("npm run images -- --push", () => {
     expect(results.map((r) => [r.uploaded, r.mounted, r.skipped])).toEqual([
       [4, 0, 0], // alpha: base, node, app, config
       [2, 2, 0], // the others mount base and node from alpha's repository
-      [2, 2, 0],
       [2, 2, 0],
     ]);
     const again = await pushImages(first, open.target, "latest");

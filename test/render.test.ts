@@ -233,6 +233,21 @@ describe("a render", () => {
     });
   });
 
+  it("runs the spoke's heartbeat in its relay: no other Deployment, the relay's liveness probe on the heartbeat's health port, its identity bound to the heartbeat's role", () => {
+    type Source = Manifest & { spec: { template: { spec: { serviceAccountName: string; containers: (Container & { ports: { name: string; containerPort: number }[]; livenessProbe: { httpGet: { path: string; port: string } } })[] } } } };
+    expect(of(spoke, "Deployment")).toEqual([]);
+    const [relay] = of<Source>(spoke, "ContainerSource");
+    const container = relay!.spec.template.spec.containers[0]!;
+    const config = configFromEnvironment(container.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, {});
+    expect(config.heartbeat).toEqual({ cluster: "spoke", clusterName: "edge-7", agentNamespace: "open-cluster-management-agent", bootstrapSecret: "bootstrap-hub-kubeconfig", hubSecret: "hub-kubeconfig-secret", health: { port: 8000, host: "0.0.0.0" } });
+    expect(container.livenessProbe.httpGet).toEqual({ path: "/healthz", port: "health" });
+    expect(container.ports.find((p) => p.name === "health")?.containerPort).toBe(8000);
+    type Binding = Manifest & { roleRef: { name: string }; subjects: { name: string }[] };
+    const bound = of<Binding>(spoke, "RoleBinding").filter((b) => b.subjects.some((s) => s.name === relay!.spec.template.spec.serviceAccountName)).map((b) => b.roleRef.name);
+    expect(bound).toEqual(expect.arrayContaining(["open-cluster-management:functions:relay-spoke", "open-cluster-management:functions:heartbeat"]));
+    expect(of<Manifest>(spoke, "ServiceAccount").map((a) => a.metadata.name)).not.toContain("heartbeat");
+  });
+
   // `clusteradm get token` asks for a token of this account (OCM's cluster-manager makes it).
   it("gives clusteradm's join-token ServiceAccount the bootstrap roles bootstrap tokens get, and nothing else", () => {
     type Binding = Manifest & { roleRef: { kind: string; name: string }; subjects?: { kind: string; name: string; namespace?: string }[] };

@@ -1,7 +1,7 @@
 // A spoke on Knative: the agent's namespace and CRDs, per spoke function its identity, workload (a
 // Knative Service, or a Deployment and Service) and Triggers, one Broker fed by the event relay (a
-// ContainerSource watching the spoke and, with the agent's credentials, the hub), the heartbeat
-// Deployment, and the bootstrap kubeconfig when given.
+// ContainerSource watching the spoke and, with the agent's credentials, the hub, which keeps the
+// heartbeat in the same process), and the bootstrap kubeconfig when given.
 import { DefaultAddOnInstallNamespace } from "../../shared/api/addon.ts";
 import { DeployModeAnnotation } from "../../shared/api/cluster.ts";
 import { stringify } from "yaml";
@@ -65,8 +65,6 @@ const KubeconfigDir = "/var/run/ocm-functions/kubeconfigs";
 
 export const RelayName = "ocm-relay";
 export const RelayAccount = "relay-spoke";
-export const HeartbeatName = "ocm-heartbeat";
-export const HeartbeatAccount = "heartbeat";
 const HEARTBEAT_HEALTH_PORT = 8000;
 
 // The Secret of the i-th hub (from 0, as the agent's log lines count them) when there are several.
@@ -86,7 +84,7 @@ type Deployed = FunctionDeployment & { env: { name: string; value: string }[] };
 // The relay's configuration: one source per kind and cluster the spoke functions watch (their
 // definitions' watches with their settings, merged by cli/render/sources.ts), the hub reached with the
 // agent's own credentials.
-export function relayConfig(fns: readonly Deployed[], o: { spoke: string; hub: string; managed?: string; agentNamespace: string; resyncSeconds: number }): RelayConfigInput {
+export function relayConfig(fns: readonly Deployed[], o: { spoke: string; hub: string; managed?: string; agentNamespace: string; resyncSeconds: number; clusterName: string }): RelayConfigInput {
   const sources = mergeWatches(fns.flatMap((f) => watchesOf(f.name, f.env).watches));
   for (const s of sources) {
     if (s.cluster !== o.spoke && s.cluster !== o.hub && s.cluster !== o.managed) throw new Error(`a spoke function watches cluster ${s.cluster}, neither the spoke (${o.spoke}) nor the hub (${o.hub})${o.managed ? ` nor the managed cluster (${o.managed})` : ""}`);
@@ -105,45 +103,12 @@ export function relayConfig(fns: readonly Deployed[], o: { spoke: string; hub: s
     rechecks: { port: RECHECKS_PORT },
     // relayResyncSeconds of the active AgentConfig settings, when one is assigned (docs/agent-config.md)
     agentSettings: agentSettingsCheckpoint(o.spoke, o.agentNamespace),
+    // the heartbeat in the same process: the agent's secrets read as the relay reads the spoke; the
+    // kubelet probes the pod's address, not loopback
+    heartbeat: { cluster: o.spoke, clusterName: o.clusterName, agentNamespace: o.agentNamespace, health: { port: HEARTBEAT_HEALTH_PORT, host: "0.0.0.0" } },
   };
   RelayConfigSchema.parse(config); // a configuration the relay would refuse is not rendered
   return config;
-}
-
-function heartbeat(o: SpokeOptions & { ns: string; clusterName: string }): Manifest {
-  const labels = { "app.kubernetes.io/name": HeartbeatName };
-  return {
-    apiVersion: "apps/v1",
-    kind: "Deployment",
-    metadata: { name: HeartbeatName, namespace: o.ns },
-    spec: {
-      replicas: 1,
-      selector: { matchLabels: labels },
-      template: {
-        metadata: { labels },
-        spec: {
-          serviceAccountName: HeartbeatAccount,
-          containers: [
-            {
-              name: "heartbeat",
-              image: imageOf(o, "heartbeat"),
-              env: [
-                { name: "SPOKE_CLUSTER_NAME", value: o.clusterName },
-                { name: "AGENT_NAMESPACE", value: o.ns },
-                // the kubelet probes the pod's address, not loopback
-                { name: "HEALTH_HOST", value: "0.0.0.0" },
-                { name: "HEALTH_PORT", value: String(HEARTBEAT_HEALTH_PORT) },
-              ],
-              ports: [{ name: "health", containerPort: HEARTBEAT_HEALTH_PORT }],
-              // fails once the hub client certificate has expired: the restart re-bootstraps
-              livenessProbe: { httpGet: { path: "/healthz", port: "health" }, periodSeconds: 10, failureThreshold: 3 },
-              resources: { requests: { cpu: "5m", memory: "64Mi" }, limits: { memory: defaultResources.limits.memory } },
-            },
-          ],
-        },
-      },
-    },
-  };
 }
 
 function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerName: string }): Manifest {
@@ -163,7 +128,12 @@ function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerN
               // K_SINK (the Broker) is injected; the relay names each event's cluster itself, so no
               // ceOverrides: their extensions would replace that `cluster` on every event.
               env: [{ name: "OCM_RELAY_CONFIG", value: stringify(o.config, { lineWidth: 0 }) }],
-              ports: [{ name: "http", containerPort: RECHECKS_PORT }],
+              ports: [
+                { name: "http", containerPort: RECHECKS_PORT },
+                { name: "health", containerPort: HEARTBEAT_HEALTH_PORT },
+              ],
+              // fails once the hub client certificate has expired: the restart re-bootstraps
+              livenessProbe: { httpGet: { path: "/healthz", port: "health" }, periodSeconds: 10, failureThreshold: 3 },
               resources: { requests: { cpu: "10m", memory: "96Mi" }, limits: { memory: defaultResources.limits.memory } },
             },
           ],
@@ -198,7 +168,7 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
   const spoke = one("OCM_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_CLUSTER_NAME")));
   const hub = one("OCM_HUB_CLUSTER_NAME", fns.map((f) => envValue(envs.get(f.name)!, "OCM_HUB_CLUSTER_NAME")));
   const brokerName = one("the Broker they subscribe to", brokerNames(fns.filter((f) => !isSpokeRelayFed(f))));
-  const config = relayConfig(fns, { spoke, hub, ...(hosted ? { managed: ManagedClusterEventName } : {}), agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60 });
+  const config = relayConfig(fns, { spoke, hub, ...(hosted ? { managed: ManagedClusterEventName } : {}), agentNamespace: ns, resyncSeconds: o.resyncSeconds ?? 60, clusterName });
 
   // and the add-on namespace, as OCM's klusterlet makes it (managed-serviceaccount's ServiceAccounts live
   // there): on the managed cluster, so in Hosted mode renderManaged has it
@@ -223,11 +193,10 @@ export function renderSpoke(o: SpokeOptions = {}): Manifest[] {
     );
   }
   objects.push(
-    ...identity({ account: RelayAccount, namespace: ns, roles: hosted ? hostedRelayRoles(config, spoke, ns) : readManifests("rbac", "relay-spoke.yaml"), relocate }),
+    // the relay keeps the heartbeat too, so its identity holds the heartbeat's role beside its own
+    ...identity({ account: RelayAccount, namespace: ns, roles: [...(hosted ? hostedRelayRoles(config, spoke, ns) : readManifests("rbac", "relay-spoke.yaml")), ...readManifests("rbac", "heartbeat.yaml")], relocate }),
     relay({ ...o, ns, config, brokerName }),
     ...recheckRoute(RelayName, ns, brokerName),
-    ...identity({ account: HeartbeatAccount, namespace: ns, roles: readManifests("rbac", "heartbeat.yaml"), relocate }),
-    heartbeat({ ...o, ns, clusterName }),
   );
   return (hosted ? objects.map((m) => perCluster(m, clusterName)) : objects).map(withPartOf);
 }

@@ -2,7 +2,7 @@
 // credentials, and which HTTP sinks get which events. The CLI reads it from a file; tests pass it inline.
 import { z } from "zod";
 import { parse } from "yaml";
-import { BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
+import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
 import { CheckpointConfigMapName } from "../../shared/agent-config.ts";
 import { RecheckDueType, TargetExtension } from "../../shared/events.ts";
 
@@ -160,6 +160,20 @@ export const RechecksSchema = z.strictObject({
   maxHeld: z.number().int().positive().default(100_000),
 });
 
+// A spoke's relay also keeps the heartbeat (./heartbeat/sidecar.ts), so one long-lived process per spoke
+// holds both: it reads the agent's secrets and settings with the credentials of `cluster` (the
+// management cluster, configured with static credentials), renews the cluster lease on the hub, and
+// answers the health endpoint the platform restarts it by. Its names are OCM's agent defaults.
+export const HeartbeatSchema = z.strictObject({
+  cluster: name.describe("the configured cluster the agent's secrets live on; it must have static credentials"),
+  clusterName: name.describe("the ManagedCluster whose lease it renews"),
+  agentNamespace: name.default(AgentNamespaceDefault),
+  bootstrapSecret: name.default(BootstrapSecretName),
+  hubSecret: name.default(HubKubeconfigSecretName),
+  health: z.strictObject({ port: z.number().int().min(0).max(65_535), host: z.string().min(1).default("127.0.0.1") }).optional(),
+});
+export type HeartbeatConfig = z.infer<typeof HeartbeatSchema>;
+
 export const RelayConfigSchema = z
   .object({
     clusters: z.record(name, CredentialsSchema),
@@ -180,8 +194,13 @@ export const RelayConfigSchema = z
     // recheck mode (rechecks.ts): where the relay takes functions' recheck requests, which it sends to
     // its sinks when they are due
     rechecks: RechecksSchema.optional(),
+    heartbeat: HeartbeatSchema.optional(),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.heartbeat) {
+      const creds = cfg.clusters[cfg.heartbeat.cluster];
+      if (!creds || "secret" in creds) ctx.addIssue({ code: "custom", path: ["heartbeat", "cluster"], message: `cluster ${cfg.heartbeat.cluster} has no static credentials configured` });
+    }
     if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {
       ctx.addIssue({ code: "custom", path: ["agentSettings", "cluster"], message: `no credentials configured for cluster ${cfg.agentSettings.cluster}` });
     }

@@ -18,16 +18,19 @@ import { objectKey, startSource, type Source, type SourceStatus } from "./source
 import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
 import { changedNothingWatched, observedFor, outsideEveryScope, withObserved, type Cache } from "./state.ts";
 import { startRechecks } from "./rechecks.ts";
+import { startHeartbeat, type Heartbeat, type HeartbeatStatus } from "./heartbeat/sidecar.ts";
 import type { CloudEventServer } from "../../shared/cloudevents-server.ts";
 import type { StateConfig } from "./config.ts";
 
-export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log; every?: Every };
+// onBeat: told after each heartbeat, with its status (a bench counts renewals from it).
+export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log; every?: Every; onBeat?: (status: HeartbeatStatus) => void };
 
 export type RelayStatus = {
   clusters: Record<string, CredentialStatus>;
   sources: SourceStatus[];
   sinks: SinkStatus[];
   resync: ResyncStatus;
+  heartbeat?: HeartbeatStatus;
 };
 
 export type Relay = {
@@ -37,6 +40,8 @@ export type Relay = {
   readonly metrics?: Promise<MetricsEndpoint>;
   // In recheck mode, the server taking recheck requests once it listens.
   readonly rechecks?: Promise<CloudEventServer>;
+  // The heartbeat once its health endpoint listens (rejects when it cannot); undefined when not configured.
+  readonly heartbeat?: Promise<Heartbeat>;
   status(): RelayStatus;
   // What the watch caches hold: objects, and their size as JSON (each serialised: for measuring only).
   cacheSize(): { objects: number; jsonBytes: number };
@@ -48,7 +53,7 @@ const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a
 const changes = metrics.counter("ocmf_relay_changes_total", "Object changes seen by a source's watch, by verb (add, update, delete)", ["source", "verb"]);
 
 export function startRelay(options: RelayOptions): Relay {
-  const { clock = systemClock, log = jsonLog("relay"), every = realEvery, ...input } = options;
+  const { clock = systemClock, log = jsonLog("relay"), every = realEvery, onBeat, ...input } = options;
   const config = RelayConfigSchema.parse(input);
   const overrides = config.ceOverrides.extensions;
   const recorder = config.record ? openRecorder(config.record, (err) => log.error({ file: config.record, error: err.message }, "recording stopped: cannot write")) : undefined;
@@ -155,6 +160,27 @@ export function startRelay(options: RelayOptions): Relay {
     sinks.length ? "relay started" : "relay started without sinks: events go nowhere",
   );
 
+  // The heartbeat reads the agent's secrets with the same client the sources on that cluster use.
+  const hb = config.heartbeat;
+  const heartbeat =
+    hb &&
+    startHeartbeat({
+      spoke: providers.get(hb.cluster)!.current()!.client,
+      secrets: { clusterName: hb.clusterName, agentNamespace: hb.agentNamespace, bootstrapSecret: hb.bootstrapSecret, hubSecret: hb.hubSecret },
+      log,
+      clock,
+      ...(hb.health ? { health: hb.health } : {}),
+      ...(onBeat ? { onBeat } : {}),
+    });
+  let beating: Heartbeat | undefined;
+  heartbeat?.then(
+    (h) => {
+      beating = h;
+      log.info({ cluster: hb!.clusterName, health: h.healthUrl && `${h.healthUrl}/healthz` }, "heartbeat started");
+    },
+    (err: Error) => log.error({ port: hb!.health?.port, error: err.message }, "heartbeat: cannot serve its health endpoint"),
+  );
+
   const endpoint = config.metrics && serveMetrics(config.metrics);
   // A caller that never looks at it still hears of a failure to listen.
   endpoint?.catch((err: Error) => log.error({ port: config.metrics!.port, error: err.message }, "metrics: cannot listen"));
@@ -163,6 +189,7 @@ export function startRelay(options: RelayOptions): Relay {
   return {
     metrics: endpoint,
     rechecks: rechecks?.listening,
+    heartbeat,
     ready: Promise.all([...sources.map((s) => s.ready), resync.ready]).then(() => {}),
     cacheSize: () => {
       const all = sources.flatMap((s) => s.objects());
@@ -173,11 +200,12 @@ export function startRelay(options: RelayOptions): Relay {
       sources: sources.map((s) => s.status()),
       sinks: sinks.map((s) => s.sink.status()),
       resync: resync.status(),
+      ...(beating ? { heartbeat: beating.status() } : {}),
     }),
     stop() {
       stopped ??= (async () => {
         // Ticks, sources and held rechecks first, so nothing new is routed to sinks that are stopping.
-        await Promise.all([resync.stop(), ...sources.map((s) => s.stop()), rechecks?.stop()]);
+        await Promise.all([resync.stop(), ...sources.map((s) => s.stop()), rechecks?.stop(), heartbeat?.then((h) => h.stop(), () => {})]);
         await Promise.all(sinks.map((s) => s.sink.stop()));
         await Promise.all([...providers.values()].map((p) => p.stop()));
         await endpoint?.then((e) => e.close(), () => {});

@@ -1,7 +1,7 @@
 // `npm run build`: one self-contained JavaScript bundle per function, per component and for the CLI,
 // each holding only what its entry imports, so production runs plain JavaScript with no node_modules:
 //   dist/functions/<name>/index.js   `node index.js` serves the function (shared/serve-main.ts)
-//   dist/components/relay.js, dist/components/heartbeat.js, dist/components/cp-creds.js
+//   dist/components/relay.js (a spoke's relay keeps the heartbeat too), dist/components/cp-creds.js
 //   dist/cli/ocmf.js
 //
 //   npm run build [-- --outdir DIR]
@@ -154,7 +154,6 @@ export async function bundle(o: { outdir: string }): Promise<{ bundles: BundleRe
   const programs: Entry[] = [
     ...functionNames(root).map((name) => ({ in: `${FUNCTION_ENTRY}${name}`, out: `functions/${name}/index` })),
     { in: join(root, "components/relay/main.ts"), out: "components/relay" },
-    { in: join(root, "components/heartbeat/main.ts"), out: "components/heartbeat" },
     // run by a consumer of the cluster inventory, not by us: its exec credential plugin
     { in: join(root, "components/cp-creds/main.ts"), out: "components/cp-creds" },
   ];

@@ -1,4 +1,4 @@
-// `npm run images`: one OCI image per function, plus the relay and the heartbeat sidecar, from the
+// `npm run images`: one OCI image per function, plus the relay (a spoke's keeps the heartbeat), from the
 // bundles in dist/ (npm run build), written to dist/images/<name>.tar and optionally pushed.
 //
 // One image per function, not one image whose entrypoint picks the function: each app layer then holds
@@ -213,7 +213,7 @@ export function appLayer(spec: ImageSpec, mtime: number): Layer {
   return layer(entries, { mtime, createdBy: `app: ${spec.files.map((f) => f.to).join(" ")}` });
 }
 
-// dist/functions/<name>/ (every file of it, source maps included), dist/components/{relay,heartbeat}.js.
+// dist/functions/<name>/ (every file of it, source maps included), dist/components/relay.js.
 export function planImages(dist: string, entrypoint: (script: string) => string[] = (script) => [NODE, script]): ImageSpec[] {
   const functions = join(dist, "functions");
   if (!existsSync(functions)) throw new Error(`${functions} is missing: run npm run build first`);
@@ -224,7 +224,7 @@ export function planImages(dist: string, entrypoint: (script: string) => string[
       const files = readTree(dir).flatMap((e) => (e.type === "file" ? [{ from: join(dir, e.path), to: `app/${e.path}` }] : []));
       return { name: d.name, files, entrypoint: entrypoint("/app/index.js") };
     });
-  for (const name of ["relay", "heartbeat"]) {
+  for (const name of ["relay"]) {
     const from = join(dist, "components", `${name}.js`);
     if (!existsSync(from)) throw new Error(`${from} is missing: run npm run build first`);
     const map = existsSync(`${from}.map`) ? [{ from: `${from}.map`, to: `app/${name}.js.map` }] : [];

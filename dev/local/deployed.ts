@@ -30,7 +30,7 @@ export type DeployedOptions = {
 export type Deployed = {
   functions: Map<string, string>; // Knative Service name → URL
   processes: Managed[];
-  // Stops the process of one object (e.g. the heartbeat Deployment), or starts it again as it was.
+  // Stops the process of one object (e.g. a spoke's relay, which keeps its heartbeat), or starts it again as it was.
   halt(object: string): Promise<void>;
   resume(object: string): void;
   stop(): Promise<void>;
@@ -238,6 +238,8 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
         delete config.kSinkTargets;
       } else if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
       if (config.rechecks) config.rechecks = { ...config.rechecks, host: "127.0.0.1", port: rechecks.get(name(cs))! };
+      // the kubelet probes the pod's address; here a loopback port of its own
+      if (config.heartbeat?.health) config.heartbeat = { ...config.heartbeat, health: { host: "127.0.0.1", port: await freePort() } };
       start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
@@ -246,9 +248,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       const container = pod.containers[0]!;
       const env = envOf(container, `Deployment ${name(d)}`);
       const file = await identity(pod.serviceAccountName ?? "default", join(dirFor(name(d)), "identity.kubeconfig"));
-      // the kubelet probes the pod's address; here a loopback port of its own
-      const health: Record<string, string> = "HEALTH_PORT" in env ? { HEALTH_HOST: "127.0.0.1", HEALTH_PORT: String(await freePort()) } : {};
-      start(name(d), bundleOf(container.image), { ...env, ...health, KUBECONFIG: file });
+      start(name(d), bundleOf(container.image), { ...env, KUBECONFIG: file });
     }
   } catch (err) {
     await stop();

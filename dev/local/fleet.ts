@@ -15,7 +15,7 @@ import { SecretResource, NamespaceResource } from "../../shared/api/kube.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../../shared/api/registration.ts";
 import { startRelay, type Relay, type RelayOptions } from "../../components/relay/relay.ts";
 import { agentSettingsCheckpoint, hubCredentialsFromAgentSecrets } from "../../components/relay/config.ts";
-import { startHeartbeat, type Heartbeat } from "../../components/heartbeat/sidecar.ts";
+import { startHeartbeat, type Heartbeat } from "../../components/relay/heartbeat/sidecar.ts";
 import { readFunctions, type FunctionDeployment } from "../../cli/render/func-yaml.ts";
 import { multipleHubSecretName } from "../../cli/render/spoke.ts";
 import { definitionOf } from "../../cli/render/definitions.ts";

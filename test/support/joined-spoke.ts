@@ -1,8 +1,8 @@
 // What a joined spoke must keep doing, whichever form the hub runs in (test/eventing-node.test.ts with
 // Deployments, test/serving-node.test.ts with Knative Services): its lease renews, its cluster turns
-// Unknown while the heartbeat is halted and Available when it returns, and a ManifestWork is applied.
+// Unknown while its relay (which keeps the heartbeat) is halted and Available when it returns, and a ManifestWork is applied.
 import { expect } from "vitest";
-import { HeartbeatName } from "../../cli/render/spoke.ts";
+import { RelayName } from "../../cli/render/spoke.ts";
 import type { Deployed } from "../../dev/local/deployed.ts";
 import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
 import { ConfigMapResource, LeaseResource } from "../../shared/api/kube.ts";
@@ -24,9 +24,9 @@ export async function leaseRenewsAndHeartbeatCounts(hubAdmin: KubeClient, spokeR
   await eventually(async () => expect(await renewTime()).not.toBe(first), { timeoutMs: 30_000, intervalMs: 500 });
 
   const available = async () => findCondition((await hubAdmin.get<ManagedCluster>(ManagedClusterResource, cluster))?.status?.conditions, ManagedClusterConditionType.Available)?.status;
-  await spokeRun.halt(HeartbeatName);
+  await spokeRun.halt(RelayName);
   await eventually(async () => expect(await available()).toBe("Unknown"), { timeoutMs: 120_000, intervalMs: 500 });
-  spokeRun.resume(HeartbeatName);
+  spokeRun.resume(RelayName);
   await eventually(async () => expect(await available()).toBe("True"), { timeoutMs: 120_000, intervalMs: 500 });
 }
 

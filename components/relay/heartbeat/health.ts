@@ -3,8 +3,8 @@
 // GET /metrics answers the process's metrics in Prometheus text format (docs/metrics.md).
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { boundedServer, type ConnectionLimits } from "../../shared/cloudevents-server.ts";
-import { metricsAnswer } from "../../shared/metrics.ts";
+import { boundedServer, type ConnectionLimits } from "../../../shared/cloudevents-server.ts";
+import { metricsAnswer } from "../../../shared/metrics.ts";
 
 // OCM's hub-kube-config health check message, verbatim (trailing full stop included).
 export const RebootstrapRequiredMessage = "the client certificate expires and rebootstrap is required.";

@@ -4,12 +4,12 @@
 // on the ManagedCluster through it. A rotated certificate or a new proxy is picked up by the next period;
 // an unchanged one costs no request at all.
 import { parse, stringify } from "yaml";
-import { ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
-import { SecretResource } from "../../shared/api/kube.ts";
-import { HubSecretKey } from "../../shared/api/registration.ts";
-import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../shared/hub-credentials.ts";
-import type { KubeClient } from "../../shared/kube/client.ts";
-import type { ReflectorLog } from "../../shared/kube/reflector.ts";
+import { ManagedClusterResource, type ManagedCluster } from "../../../shared/api/cluster.ts";
+import { SecretResource } from "../../../shared/api/kube.ts";
+import { HubSecretKey } from "../../../shared/api/registration.ts";
+import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../../shared/hub-credentials.ts";
+import type { KubeClient } from "../../../shared/kube/client.ts";
+import type { ReflectorLog } from "../../../shared/kube/reflector.ts";
 import { watchedObject, type Watched } from "./watched.ts";
 
 // judgeHubSecret's reason for a certificate past its notAfter: the one state a restart into
