@@ -5,7 +5,7 @@
 // halted, so a script can wait on it.
 import { isDeepStrictEqual } from "node:util";
 import { stringify } from "yaml";
-import { z } from "zod";
+import * as zm from "zod/mini";
 import {
   AgentConfigConditionType,
   AgentConfigName,
@@ -18,6 +18,7 @@ import {
   type AgentConfigSpec,
   type AgentSettings,
 } from "../shared/api/agent-config.ts";
+import { settingShapes } from "../shared/api/agent-settings.ts";
 import { ManagedClusterResource, PlacementResource, type ManagedCluster, type Placement, type RolloutStrategy } from "../shared/api/cluster.ts";
 import { RolloutLabel, RolloutNamespaceAnnotation, clusterState, countOf, settingLeaves, settingsHash, showPath, validateSettings } from "../shared/agent-config.ts";
 import { placementClusters } from "../shared/placement-decisions.ts";
@@ -33,32 +34,29 @@ export type Strategy = NonNullable<RolloutStrategy["type"]>;
 // ---- KEY=VALUE, by the schema
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
-const shape = AgentSettingsSchema.shape as Record<string, z.ZodOptional<z.ZodType>>;
+// The settings' schema is zod/mini's (shared/api/agent-settings.ts): an optional field's inner schema.
+const shape = AgentSettingsSchema.shape as Record<string, zm.ZodMiniOptional>;
+const unwrap = (field: zm.ZodMiniOptional) => field._zod.def.innerType as zm.ZodMiniType;
 
 // The settings a KEY may name, as the help and the refusals list them.
-export const settingKeys: readonly string[] = Object.entries(shape).flatMap(([key, field]) => {
-  const inner = field.unwrap();
-  if (inner instanceof z.ZodObject) return Object.keys(inner.shape).map((k) => `${key}.${k}`);
-  if (inner instanceof z.ZodRecord) return [`${key}.<name>`];
-  return [key];
-});
+export const settingKeys: readonly string[] = settingShapes.flatMap(({ key, keys, map }) => (keys ? keys.map((k) => `${key}.${k}`) : map ? [`${key}.<name>`] : [key]));
 const known = () => `the settings are ${settingKeys.join(", ")}`;
 
 // The schema of the one value KEY names, or why KEY names none.
-function leafSchema(key: string): z.ZodType | string {
+function leafSchema(key: string): zm.ZodMiniType | string {
   const [head = "", ...rest] = key.split(".");
   if (!Object.hasOwn(shape, head)) return `unknown setting ${key}: ${known()}`;
-  const inner = shape[head]!.unwrap();
-  if (inner instanceof z.ZodObject) {
-    const fields = inner.shape as Record<string, z.ZodOptional<z.ZodType>>;
+  const inner = unwrap(shape[head]!);
+  if (inner instanceof zm.ZodMiniObject) {
+    const fields = inner.shape as Record<string, zm.ZodMiniOptional>;
     if (!rest.length) return `${key} is a group of settings: set ${Object.keys(fields).map((k) => `${head}.${k}`).join(", ")}`;
     if (rest.length > 1 || !Object.hasOwn(fields, rest[0]!)) return `unknown setting ${key}: ${known()}`;
-    return fields[rest[0]!]!.unwrap();
+    return unwrap(fields[rest[0]!]!);
   }
-  if (inner instanceof z.ZodRecord) {
+  if (inner instanceof zm.ZodMiniRecord) {
     if (!rest.length) return `${key} is a group of settings: set ${head}.<name>`;
     if (rest.length > 1 || rest[0] === "") return `unknown setting ${key}: ${known()}`;
-    return inner.valueType as z.ZodType;
+    return inner._zod.def.valueType as zm.ZodMiniType;
   }
   return rest.length ? `unknown setting ${key}: ${known()}` : inner;
 }
@@ -70,12 +68,12 @@ const isSettingPath = (key: string) => {
 };
 
 // The text after `=` as the setting's type: integers, true/false, strings; then the schema's own check.
-function parseValue(key: string, schema: z.ZodType, text: string): unknown {
+function parseValue(key: string, schema: zm.ZodMiniType, text: string): unknown {
   let value: unknown = text;
-  if (schema instanceof z.ZodNumber) {
+  if (schema instanceof zm.ZodMiniNumber) {
     if (!/^[+-]?\d+$/.test(text)) throw new Error(`${key}=${text}: give a whole number`);
     value = Number(text);
-  } else if (schema instanceof z.ZodBoolean) {
+  } else if (schema instanceof zm.ZodMiniBoolean) {
     if (text !== "true" && text !== "false") throw new Error(`${key}=${text}: give true or false`);
     value = text === "true";
   }

@@ -1,9 +1,10 @@
 // CloudEvents in, typed events out: Knative ApiServerSource events (Resource and Reference mode)
-// carrying our `cluster` extension, and PingSource ticks for resyncs.
-import { z } from "zod";
+// carrying our `cluster` extension, and PingSource ticks for resyncs. Its schemas are zod/mini's, which
+// the relay (a long-lived process) can load at a small fraction of zod's full API's memory.
+import * as z from "zod/mini";
 import { pathSegmentProblem, type KubeObject } from "./kube/client.ts";
 import type { Observed } from "./observed.ts";
-import { groupOf } from "./api/meta.ts";
+import { groupOf } from "./api/resource.ts";
 
 export const ApiServerSourceType = {
   ResourceAdd: "dev.knative.apiserver.resource.add",
@@ -31,10 +32,11 @@ export const TargetExtension = "ocmftarget";
 export const isFunctionName = (name: string) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(name);
 // A recheck further away than this is left to the periodic resync (and timers cannot hold days).
 export const MAX_RECHECK_MS = 3_600_000;
-const asked = z.looseObject({ specversion: z.string(), id: z.string().min(1), source: z.string().min(1), type: z.string().min(1) });
+const name = z.string().check(z.minLength(1));
+const asked = z.looseObject({ specversion: z.string(), id: name, source: name, type: name });
 export const RecheckRequestSchema = z.strictObject({
-  afterMs: z.number().int().nonnegative().max(MAX_RECHECK_MS),
-  event: asked.describe("the CloudEvent that asked, attributes and data, as structured mode writes it"),
+  afterMs: z.int().check(z.nonnegative(), z.maximum(MAX_RECHECK_MS)),
+  event: asked, // the CloudEvent that asked, attributes and data, as structured mode writes it
 });
 export type RecheckRequest = z.infer<typeof RecheckRequestSchema>;
 export const RecheckDueSchema = asked;
@@ -51,43 +53,42 @@ export type ObjectEvent = {
 export type TickEvent = { type: "tick"; cluster?: string; observed?: Observed };
 export type FunctionEvent = ObjectEvent | TickEvent;
 
-const name = z.string().min(1);
 // The names in an event end up in URL paths and keys, so they are held to Kubernetes' own rules (as the
 // API server validates them) before any function sees them. An object's name: any name the API server
 // accepts in a path (RBAC names carry colons), so not "." or "..", no "/" or "%", at most 253 characters.
-const objectName = z
-  .string()
-  .max(253)
-  .superRefine((s, ctx) => {
+const objectName = z.string().check(
+  z.maxLength(253),
+  z.superRefine((s, ctx) => {
     const problem = pathSegmentProblem(s);
     if (problem) ctx.addIssue({ code: "custom", message: `name ${problem}` });
-  });
+  }),
+);
 const dns1123Label = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const dns1123Subdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 // "" is how ApiServerSource says "cluster-scoped".
-const namespace = z.union([z.literal(""), z.string().max(63).regex(dns1123Label, "namespace must be a DNS-1123 label")]).optional();
-const clusterName = z.string().max(253).regex(dns1123Subdomain, "cluster must be a DNS-1123 subdomain");
+const namespace = z.optional(z.union([z.literal(""), z.string().check(z.maxLength(63), z.regex(dns1123Label, "namespace must be a DNS-1123 label"))]));
+const clusterName = z.string().check(z.maxLength(253), z.regex(dns1123Subdomain, "cluster must be a DNS-1123 subdomain"));
 // Label values become keys too (a ManifestWork's add-on label names its add-on, a CSR's its cluster).
-const labelValue = z.string().max(63).regex(/^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/, "label values must be Kubernetes label values");
+const labelValue = z.string().check(z.maxLength(63), z.regex(/^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/, "label values must be Kubernetes label values"));
 const objectAttributes = z.object({
   type: z.enum(Object.values(ApiServerSourceType) as [string, ...string[]]),
   source: name,
   id: name,
-  cluster: clusterName.describe("the `cluster` extension: which cluster the object lives in"),
+  cluster: clusterName, // the `cluster` extension: which cluster the object lives in
   kind: name,
   apiversion: name,
   name: objectName,
   namespace,
 });
-const resourceData = z.looseObject({ metadata: z.looseObject({ name: objectName, namespace, labels: z.record(z.string(), labelValue).optional() }) });
+const resourceData = z.looseObject({ metadata: z.looseObject({ name: objectName, namespace, labels: z.optional(z.record(z.string(), labelValue)) }) });
 const refData = z.looseObject({ kind: name, name: objectName, apiVersion: name, namespace });
-const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: clusterName.optional() });
+const tickAttributes = z.object({ type: z.literal(PingSourceType), source: name, id: name, cluster: z.optional(clusterName) });
 const handedObject = z
-  .object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), name: objectName, object: resourceData.optional(), conditional: z.boolean().optional() })
-  .refine((h) => !h.object || (h.object.metadata.name === h.name && (h.object.metadata.namespace || undefined) === (h.namespace || undefined)), { error: "a handed object names another object than its entry" });
-const handedList = z.object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.string().optional(), labelSelector: z.string().optional(), items: z.array(resourceData) });
-const observedSchema = z.object({ objects: z.array(handedObject).default([]), lists: z.array(handedList).default([]) });
-const stateData = z.object({ object: z.unknown().optional(), observed: observedSchema });
+  .object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.optional(z.string()), name: objectName, object: z.optional(resourceData), conditional: z.optional(z.boolean()) })
+  .check(z.refine((h) => !h.object || (h.object.metadata.name === h.name && (h.object.metadata.namespace || undefined) === (h.namespace || undefined)), { error: "a handed object names another object than its entry" }));
+const handedList = z.object({ cluster: clusterName, apiVersion: name, kind: name, namespace: z.optional(z.string()), labelSelector: z.optional(z.string()), items: z.array(resourceData) });
+const observedSchema = z.object({ objects: z._default(z.array(handedObject), []), lists: z._default(z.array(handedList), []) });
+const stateData = z.object({ object: z.optional(z.unknown()), observed: observedSchema });
 
 // Custom resources' names are held to a DNS-1123 subdomain by the API server (lower-case alphanumerics,
 // "-" and ".", at most 253). An event naming one of OCM's kinds otherwise names an object that cannot
@@ -103,8 +104,8 @@ function kindNameProblem(apiVersion: string, name: string): string | undefined {
 export type ParseResult = { ok: true; event: FunctionEvent } | { ok: false; reason: string };
 
 // A schema's complaint as one line.
-export const problemOf = (error: z.ZodError) => z.prettifyError(error).replace(/\n/g, "; ");
-const failure = (where: string, error: z.ZodError): ParseResult => ({ ok: false, reason: `${where}: ${problemOf(error)}` });
+export const problemOf = (error: z.core.$ZodError) => z.prettifyError(error).replace(/\n/g, "; ");
+const failure = (where: string, error: z.core.$ZodError): ParseResult => ({ ok: false, reason: `${where}: ${problemOf(error)}` });
 
 // Accepts any CloudEvent-shaped object (the runtime hands us cloudevents v8 instances; tests v10).
 export function parseEvent(ce: Record<string, unknown> | undefined): ParseResult {

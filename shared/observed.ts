@@ -14,9 +14,9 @@
 //   content of its own: a write conditioned on that resourceVersion alone would pass the API server's
 //   check while judged from the forgery (docs/security.md, "Handed state");
 // - a write to an object drops that kind's handed state: what comes after reads what is stored.
-import type { ApiResource } from "./api/meta.ts";
+import type { ApiResource } from "./api/resource.ts";
 import { KubeError } from "./kube/errors.ts";
-import { groupOf } from "./api/meta.ts";
+import { groupOf } from "./api/resource.ts";
 import { metrics } from "./metrics.ts";
 import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
 import type { LabelQuery } from "./selector-query.ts";

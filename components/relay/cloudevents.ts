@@ -2,7 +2,7 @@
 // (spec §1.1, §2.1), plus our `cluster` extension and the K_CE_OVERRIDES extensions.
 import { randomUUID } from "node:crypto";
 import { CloudEvent } from "cloudevents";
-import type { ApiResource } from "../../shared/api/meta.ts";
+import type { ApiResource } from "../../shared/api/resource.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { ApiServerSourceType, PingSourceType } from "../../shared/events.ts";

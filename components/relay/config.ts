@@ -1,18 +1,21 @@
-// The relay's configuration as one zod schema: which (cluster, resource, selector) to watch, with which
+// The relay's configuration as one zod/mini schema: which (cluster, resource, selector) to watch, with which
 // credentials, and which HTTP sinks get which events. The CLI reads it from a file; tests pass it inline.
-import { z } from "zod";
+import * as z from "zod/mini";
 import { parse } from "yaml";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName, HubSecretKey } from "../../shared/api/registration.ts";
-import { CheckpointConfigMapName } from "../../shared/agent-config.ts";
+import { CheckpointConfigMapName } from "../../shared/checkpoint.ts";
 import { RecheckDueType, TargetExtension } from "../../shared/events.ts";
 
-const name = z.string().min(1);
-const positiveMs = z.number().int().positive();
+// zod/mini, not zod's full API: the relay is a long-lived process (the one a spoke keeps), and the full
+// API would cost it about 9 MiB of private memory (`npm run bench -- heartbeat`).
+const name = z.string().check(z.minLength(1));
+const positiveMs = z.int().check(z.positive());
+const port = z.int().check(z.minimum(0), z.maximum(65_535));
 // CloudEvents: extension names are lower-case letters and digits only, or the SDK throws.
-const extensionName = z.string().regex(/^[a-z0-9]+$/, { error: "a CloudEvent attribute name is lower-case letters and digits" });
+const extensionName = z.string().check(z.regex(/^[a-z0-9]+$/, { error: "a CloudEvent attribute name is lower-case letters and digits" }));
 
 export const ApiResourceSchema = z.object({
-  group: z.string().default(""),
+  group: z._default(z.string(), ""),
   version: name,
   kind: name,
   plural: name,
@@ -20,10 +23,10 @@ export const ApiResourceSchema = z.object({
 });
 
 export const SecretRefSchema = z.object({
-  cluster: name.describe("the configured cluster the Secret lives on; it must have static credentials"),
+  cluster: name, // the configured cluster the Secret lives on; it must have static credentials
   namespace: name,
   name,
-  key: name.default(HubSecretKey.Kubeconfig),
+  key: z._default(name, HubSecretKey.Kubeconfig),
 });
 export type SecretRef = z.infer<typeof SecretRefSchema>;
 
@@ -34,19 +37,19 @@ export const CredentialsSchema = z.union([
   z.strictObject({ kubeconfig: name }),
   z.strictObject({ kubeconfigFile: name }),
   z.strictObject({ inCluster: z.literal(true) }),
-  z.strictObject({ secret: SecretRefSchema, fallback: SecretRefSchema.optional() }),
+  z.strictObject({ secret: SecretRefSchema, fallback: z.optional(SecretRefSchema) }),
 ]);
 export type CredentialsConfig = z.infer<typeof CredentialsSchema>;
 
 export const SourceSchema = z.object({
-  name: name.optional(),
+  name: z.optional(name),
   cluster: name,
   resource: ApiResourceSchema,
-  namespace: name.optional(),
-  labelSelector: z.string().optional(),
-  fieldSelector: z.string().optional(),
+  namespace: z.optional(name),
+  labelSelector: z.optional(z.string()),
+  fieldSelector: z.optional(z.string()),
   // ApiServerSource's default is Reference.
-  mode: z.enum(["Resource", "Reference"]).default("Reference"),
+  mode: z._default(z.enum(["Resource", "Reference"]), "Reference"),
 });
 export type SourceConfig = z.infer<typeof SourceSchema>;
 
@@ -56,18 +59,26 @@ export type SourceConfig = z.infer<typeof SourceSchema>;
 const TriggerFilterSchema = z.record(extensionName, z.string());
 // Observed state to hand a function with each event (components/relay/state.ts, shared/observed.ts):
 // shared/sdk.ts stateOf derives it from the function's watches.
-const RelatedSchema = z.object({ group: z.string(), kind: name, name: z.string().optional(), namespace: z.string().optional(), labelSelector: z.string().optional(), required: z.boolean().optional(), conditional: z.boolean().optional() });
+const RelatedSchema = z.object({
+  group: z.string(),
+  kind: name,
+  name: z.optional(z.string()),
+  namespace: z.optional(z.string()),
+  labelSelector: z.optional(z.string()),
+  required: z.optional(z.boolean()),
+  conditional: z.optional(z.boolean()),
+});
 export const StateSchema = z.object({
   watches: z.array(
     z.object({
       cluster: name,
       group: z.string(),
       kind: name,
-      namespace: z.string().optional(),
-      labelSelector: z.string().optional(),
-      related: z.array(RelatedSchema).default([]),
-      onTick: z.boolean().default(false),
-      changes: z.array(z.string().regex(/^[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$/)).min(1).optional(),
+      namespace: z.optional(z.string()),
+      labelSelector: z.optional(z.string()),
+      related: z._default(z.array(RelatedSchema), []),
+      onTick: z._default(z.boolean(), false),
+      changes: z.optional(z.array(z.string().check(z.regex(/^[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$/))).check(z.minLength(1))),
     }),
   ),
 });
@@ -76,13 +87,13 @@ export const SinkSchema = z
   .object({
     name,
     url: z.url(),
-    filter: TriggerFilterSchema.optional(),
-    filters: z.array(TriggerFilterSchema).min(1).optional(),
-    state: StateSchema.optional(),
+    filter: z.optional(TriggerFilterSchema),
+    filters: z.optional(z.array(TriggerFilterSchema).check(z.minLength(1))),
+    state: z.optional(StateSchema),
     // set on every event this sink sends (a Broker target's name, so that its Trigger alone delivers it)
-    extensions: z.record(extensionName, z.string()).optional(),
+    extensions: z.optional(z.record(extensionName, z.string())),
   })
-  .refine((s) => !(s.filter && s.filters), { error: "a sink has filter or filters, not both" });
+  .check(z.refine((s) => !(s.filter && s.filters), { error: "a sink has filter or filters, not both" }));
 export type SinkConfig = z.infer<typeof SinkSchema>;
 
 // A function that a Broker (K_SINK) feeds, as a sink of its own at the Broker: the relay sends it only
@@ -90,9 +101,9 @@ export type SinkConfig = z.infer<typeof SinkSchema>;
 // each event naming it in ocmftarget, so that its Trigger (cli/render/objects.ts triggers) lets through
 // its events and nobody else's. Its due rechecks pass too.
 export const TargetSchema = z.object({
-  name: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { error: "a target is a function's name (a DNS label)" }),
-  filters: z.array(TriggerFilterSchema.refine((f) => Object.keys(f).length > 0, { error: "a target's filter names at least one attribute" })).min(1),
-  state: StateSchema.optional(),
+  name: z.string().check(z.regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { error: "a target is a function's name (a DNS label)" })),
+  filters: z.array(TriggerFilterSchema.check(z.refine((f) => Object.keys(f).length > 0, { error: "a target's filter names at least one attribute" }))).check(z.minLength(1)),
+  state: z.optional(StateSchema),
 });
 // A configuration's kSinkTargets (unchecked, as read) as sinks, each at the URL urlOf gives its name (the
 // Broker's K_SINK in production; the function itself in dev/local/deployed.ts).
@@ -109,55 +120,55 @@ export function targetSinks(input: unknown, urlOf: (name: string) => string): z.
 }
 
 export const BackoffSchema = z.object({
-  initialMs: positiveMs.default(200),
-  maxMs: positiveMs.default(30_000),
+  initialMs: z._default(positiveMs, 200),
+  maxMs: z._default(positiveMs, 30_000),
 });
 export type BackoffConfig = z.infer<typeof BackoffSchema>;
 
 export const DeliverySchema = z.object({
-  maxAttempts: z.number().int().positive().default(10),
-  backoff: BackoffSchema.prefault({ initialMs: 100 }),
-  timeoutMs: positiveMs.default(30_000),
-  concurrency: z.number().int().positive().default(16),
+  maxAttempts: z._default(z.int().check(z.positive()), 10),
+  backoff: z.prefault(BackoffSchema, { initialMs: 100 }),
+  timeoutMs: z._default(positiveMs, 30_000),
+  concurrency: z._default(z.int().check(z.positive()), 16),
 });
 export type DeliveryConfig = z.infer<typeof DeliverySchema>;
 
 export const WatchSchema = z.object({
   // The server ends each watch after this long and the relay resumes from the last resourceVersion,
   // which also bounds how long a half-open connection can go unnoticed.
-  timeoutSeconds: z.number().int().positive().default(300),
-  backoff: BackoffSchema.prefault({}),
+  timeoutSeconds: z._default(z.int().check(z.positive()), 300),
+  backoff: z.prefault(BackoffSchema, {}),
 });
 export type WatchConfig = z.infer<typeof WatchSchema>;
 
 export const ResyncSchema = z.object({
-  intervalMs: z.number().int().nonnegative().default(300_000), // 0 turns ticks off
-  source: name.default("/apis/v1/namespaces/default/pingsources/ocm-relay-resync"),
+  intervalMs: z._default(z.int().check(z.nonnegative()), 300_000), // 0 turns ticks off
+  source: z._default(name, "/apis/v1/namespaces/default/pingsources/ocm-relay-resync"),
 });
 
 // The spoke agent's settings checkpoint (docs/agent-config.md), watched on one of the configured
 // clusters: the resync interval follows its active relayResyncSeconds, and resync.intervalMs stands for
 // an absent one. Only a spoke's relay names it.
 export const AgentSettingsRefSchema = z.object({
-  cluster: name.describe("the configured cluster the checkpoint ConfigMap lives on"),
+  cluster: name, // the configured cluster the checkpoint ConfigMap lives on
   namespace: name,
-  name: name.default(CheckpointConfigMapName),
+  name: z._default(name, CheckpointConfigMapName),
 });
 export type AgentSettingsRef = z.infer<typeof AgentSettingsRefSchema>;
 
 // Where the relay answers GET /metrics (docs/metrics.md); none when not configured. Loopback unless
 // told otherwise: a Prometheus scraping the pod sets host 0.0.0.0.
 export const MetricsSchema = z.strictObject({
-  port: z.number().int().min(0).max(65_535),
-  host: z.string().min(1).default("127.0.0.1"),
+  port,
+  host: z._default(name, "127.0.0.1"),
 });
 
 // A Trigger reaches the pod on its Service, so the default is every interface.
 export const RechecksSchema = z.strictObject({
-  port: z.number().int().min(0).max(65_535),
-  host: z.string().min(1).default("0.0.0.0"),
-  source: name.default("/ocm-functions/rechecks"),
-  maxHeld: z.number().int().positive().default(100_000),
+  port,
+  host: z._default(name, "0.0.0.0"),
+  source: z._default(name, "/ocm-functions/rechecks"),
+  maxHeld: z._default(z.int().check(z.positive()), 100_000),
 });
 
 // A spoke's relay also keeps the heartbeat (./heartbeat/sidecar.ts), so one long-lived process per spoke
@@ -165,70 +176,72 @@ export const RechecksSchema = z.strictObject({
 // management cluster, configured with static credentials), renews the cluster lease on the hub, and
 // answers the health endpoint the platform restarts it by. Its names are OCM's agent defaults.
 export const HeartbeatSchema = z.strictObject({
-  cluster: name.describe("the configured cluster the agent's secrets live on; it must have static credentials"),
-  clusterName: name.describe("the ManagedCluster whose lease it renews"),
-  agentNamespace: name.default(AgentNamespaceDefault),
-  bootstrapSecret: name.default(BootstrapSecretName),
-  hubSecret: name.default(HubKubeconfigSecretName),
-  health: z.strictObject({ port: z.number().int().min(0).max(65_535), host: z.string().min(1).default("127.0.0.1") }).optional(),
+  cluster: name, // the configured cluster the agent's secrets live on; it must have static credentials
+  clusterName: name, // the ManagedCluster whose lease it renews
+  agentNamespace: z._default(name, AgentNamespaceDefault),
+  bootstrapSecret: z._default(name, BootstrapSecretName),
+  hubSecret: z._default(name, HubKubeconfigSecretName),
+  health: z.optional(z.strictObject({ port, host: z._default(name, "127.0.0.1") })),
 });
 export type HeartbeatConfig = z.infer<typeof HeartbeatSchema>;
 
 export const RelayConfigSchema = z
   .object({
     clusters: z.record(name, CredentialsSchema),
-    sources: z.array(SourceSchema).default([]),
-    sinks: z.array(SinkSchema).default([]),
+    sources: z._default(z.array(SourceSchema), []),
+    sinks: z._default(z.array(SinkSchema), []),
     // K_CE_OVERRIDES' shape: extensions set on every event the relay sends.
-    ceOverrides: z.object({ extensions: z.record(extensionName, z.string()).default({}) }).prefault({}),
-    resync: ResyncSchema.prefault({}),
-    delivery: DeliverySchema.prefault({}),
-    watch: WatchSchema.prefault({}),
-    record: name.optional().describe("append one JSON line per delivered event to this file"),
-    agentSettings: AgentSettingsRefSchema.optional(),
-    metrics: MetricsSchema.optional(),
+    ceOverrides: z.prefault(z.object({ extensions: z._default(z.record(extensionName, z.string()), {}) }), {}),
+    resync: z.prefault(ResyncSchema, {}),
+    delivery: z.prefault(DeliverySchema, {}),
+    watch: z.prefault(WatchSchema, {}),
+    record: z.optional(name), // append one JSON line per delivered event to this file
+    agentSettings: z.optional(AgentSettingsRefSchema),
+    metrics: z.optional(MetricsSchema),
     // the observed state the K_SINK sink hands (a ContainerSource's one function), as a sink's `state`
-    kSinkState: StateSchema.optional(),
+    kSinkState: z.optional(StateSchema),
     // or the functions a Broker at K_SINK feeds, each a sink of its own there (TargetSchema)
-    kSinkTargets: z.array(TargetSchema).optional(),
+    kSinkTargets: z.optional(z.array(TargetSchema)),
     // recheck mode (rechecks.ts): where the relay takes functions' recheck requests, which it sends to
     // its sinks when they are due
-    rechecks: RechecksSchema.optional(),
-    heartbeat: HeartbeatSchema.optional(),
+    rechecks: z.optional(RechecksSchema),
+    heartbeat: z.optional(HeartbeatSchema),
   })
-  .superRefine((cfg, ctx) => {
-    if (cfg.heartbeat) {
-      const creds = cfg.clusters[cfg.heartbeat.cluster];
-      if (!creds || "secret" in creds) ctx.addIssue({ code: "custom", path: ["heartbeat", "cluster"], message: `cluster ${cfg.heartbeat.cluster} has no static credentials configured` });
-    }
-    if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {
-      ctx.addIssue({ code: "custom", path: ["agentSettings", "cluster"], message: `no credentials configured for cluster ${cfg.agentSettings.cluster}` });
-    }
-    const names = new Set<string>();
-    cfg.sources.forEach((s, i) => {
-      if (!cfg.clusters[s.cluster]) ctx.addIssue({ code: "custom", path: ["sources", i, "cluster"], message: `no credentials configured for cluster ${s.cluster}` });
-      const n = sourceName(s);
-      if (names.has(n)) ctx.addIssue({ code: "custom", path: ["sources", i, "name"], message: `two sources are named ${n}` });
-      names.add(n);
-    });
-    if (cfg.kSinkState && cfg.kSinkTargets) ctx.addIssue({ code: "custom", path: ["kSinkTargets"], message: "K_SINK is one function (kSinkState) or a Broker's targets (kSinkTargets), not both" });
-    const sinkNames = new Set<string>();
-    cfg.sinks.forEach((s, i) => {
-      if (sinkNames.has(s.name)) ctx.addIssue({ code: "custom", path: ["sinks", i, "name"], message: `two sinks are named ${s.name}` });
-      sinkNames.add(s.name);
-    });
-    for (const [cluster, creds] of Object.entries(cfg.clusters)) {
-      if (!("secret" in creds)) continue;
-      for (const ref of [creds.secret, creds.fallback]) {
-        // One level only: reading a secret with credentials that themselves come from a secret would
-        // let a rotation on one cluster restart readers on another in a cycle.
-        const from = ref && cfg.clusters[ref.cluster];
-        if (ref && (!from || "secret" in from)) {
-          ctx.addIssue({ code: "custom", path: ["clusters", cluster], message: `secret ${ref.namespace}/${ref.name} must live on a cluster with static credentials, not ${ref.cluster}` });
+  .check(
+    z.superRefine((cfg, ctx) => {
+      if (cfg.heartbeat) {
+        const creds = cfg.clusters[cfg.heartbeat.cluster];
+        if (!creds || "secret" in creds) ctx.addIssue({ code: "custom", path: ["heartbeat", "cluster"], message: `cluster ${cfg.heartbeat.cluster} has no static credentials configured` });
+      }
+      if (cfg.agentSettings && !cfg.clusters[cfg.agentSettings.cluster]) {
+        ctx.addIssue({ code: "custom", path: ["agentSettings", "cluster"], message: `no credentials configured for cluster ${cfg.agentSettings.cluster}` });
+      }
+      const names = new Set<string>();
+      cfg.sources.forEach((s, i) => {
+        if (!cfg.clusters[s.cluster]) ctx.addIssue({ code: "custom", path: ["sources", i, "cluster"], message: `no credentials configured for cluster ${s.cluster}` });
+        const n = sourceName(s);
+        if (names.has(n)) ctx.addIssue({ code: "custom", path: ["sources", i, "name"], message: `two sources are named ${n}` });
+        names.add(n);
+      });
+      if (cfg.kSinkState && cfg.kSinkTargets) ctx.addIssue({ code: "custom", path: ["kSinkTargets"], message: "K_SINK is one function (kSinkState) or a Broker's targets (kSinkTargets), not both" });
+      const sinkNames = new Set<string>();
+      cfg.sinks.forEach((s, i) => {
+        if (sinkNames.has(s.name)) ctx.addIssue({ code: "custom", path: ["sinks", i, "name"], message: `two sinks are named ${s.name}` });
+        sinkNames.add(s.name);
+      });
+      for (const [cluster, creds] of Object.entries(cfg.clusters)) {
+        if (!("secret" in creds)) continue;
+        for (const ref of [creds.secret, creds.fallback]) {
+          // One level only: reading a secret with credentials that themselves come from a secret would
+          // let a rotation on one cluster restart readers on another in a cycle.
+          const from = ref && cfg.clusters[ref.cluster];
+          if (ref && (!from || "secret" in from)) {
+            ctx.addIssue({ code: "custom", path: ["clusters", cluster], message: `secret ${ref.namespace}/${ref.name} must live on a cluster with static credentials, not ${ref.cluster}` });
+          }
         }
       }
-    }
-  });
+    }),
+  );
 export type RelayConfigInput = z.input<typeof RelayConfigSchema>;
 export type RelayConfig = z.output<typeof RelayConfigSchema>;
 

@@ -3,7 +3,7 @@
 // whenever the checkpoint changes. The checkpoint is watched like any other source, so a change costs
 // nothing until it happens; an unreadable one leaves the interval as it is.
 import { ConfigMapResource } from "../../shared/api/kube.ts";
-import { CheckpointKey, parseCheckpoint, readActiveKey } from "../../shared/agent-config.ts";
+import { CheckpointKey, parseCheckpoint, readActiveKey } from "../../shared/checkpoint.ts";
 import type { Log } from "../../shared/harness.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import type { AgentSettingsRef, WatchConfig } from "./config.ts";

@@ -1,7 +1,7 @@
 // One watched (cluster, resource, selector): shared/kube/reflector.ts's list-then-watch, fed by the
 // relay's credentials (a re-list diffed against what it knew whenever they change), its changes turned
 // into the relay's verbs. It reports changes; it does not deliver them.
-import type { ApiResource } from "../../shared/api/meta.ts";
+import type { ApiResource } from "../../shared/api/resource.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { objectKey, startReflector, type ChangeType, type ReflectorState } from "../../shared/kube/reflector.ts";
 import type { Log } from "../../shared/harness.ts";

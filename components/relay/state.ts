@@ -5,7 +5,7 @@
 // would hold the object; anything else is left out and the function reads it from the API.
 import { isDeepStrictEqual } from "node:util";
 import type { CloudEvent } from "cloudevents";
-import { groupOf, type ApiResource } from "../../shared/api/meta.ts";
+import { groupOf, type ApiResource } from "../../shared/api/resource.ts";
 import { DEFAULT_BODY_LIMIT } from "../../shared/cloudevents-server.ts";
 import { PingSourceType, StateExtension } from "../../shared/events.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";

@@ -56,7 +56,7 @@ export const ConfigSchema = SpokeAgentSettingsSchema.extend({
   defaultTrialSeconds: fromEnv("OCM_AGENT_CONFIG_TRIAL_SECONDS", z.int().min(1).default(DefaultTrialSeconds), asNumber),
   // the install-time settings, which a path outside the allow-list may still be assigned (absent paths
   // are install-time by definition)
-  installTime: fromEnv("OCM_AGENT_CONFIG_INSTALL_TIME", AgentSettingsSchema.default({}), asJson),
+  installTime: fromEnv("OCM_AGENT_CONFIG_INSTALL_TIME", z._default(AgentSettingsSchema, {}), asJson),
 });
 export type Config = z.infer<typeof ConfigSchema>;
 

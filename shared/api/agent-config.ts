@@ -4,7 +4,7 @@
 import { z } from "zod";
 import { RolloutStrategySchema } from "./cluster.ts";
 import { type ApiResource, conditionList, int32, intOrString, mapList, typeMeta } from "./meta.ts";
-import { parseProxyURL } from "../kube/proxy.ts";
+import { AgentSettingsSchema, SettingBounds } from "./agent-settings.ts";
 
 export const AgentConfigGroup = "config.ocm-functions.io";
 
@@ -23,91 +23,14 @@ export const DefaultTrialSeconds = 120;
 // A fleet-level config halts its rollout past this share of rolled-back clusters when it says nothing.
 export const DefaultMaxRolledBack = "10%";
 
-export const LogLevels = ["error", "warn", "info", "debug"] as const;
-export type LogLevel = (typeof LogLevels)[number];
-
-// Issue 23: every setting a remote party can assign is bounded, so that no value the schema accepts can
-// harm the agent, and the CRD says the same wherever OpenAPI can express it (the agent's own check is
-// the one that counts: an agent may meet an AgentConfig written under an older CRD).
-// - the intervals: at least a second (OCM's own tests tick that fast), at most a day: a day is 60 times
-//   the slowest of OCM's own resyncs (the 60 min of ManagedClusterCreatingController) and far below the
-//   2^31-1 ms a Node timer can hold; relayResyncSeconds 2147484 used to become a tick every millisecond.
-// - clusterClaimLimit: OCM's --max-custom-cluster-claims has no upper bound; 1,000 claims of OCM's
-//   largest (a 253-character name, a 1,024-character value) stay under etcd's 1.5 MiB object limit.
-// - trialSeconds: at least a second, at most a day, as the intervals.
-// - proxyURL: at most 2,048 characters, percent escapes well formed (the CRD's pattern), and usable as
-//   the agent reads it (its credentials decode, SOCKS5 ones fit RFC 1929): shared/kube/proxy.ts.
-// - features: at most 64 gates, each named as Kubernetes and OCM name theirs (a letter, then letters
-//   and digits, at most 63): a dot in a name would make `features.a.b` ambiguous to the allow-list.
-export const SettingBounds = {
-  statusSyncIntervalSeconds: { min: 1, max: 86_400 },
-  clusterClaimLimit: { min: 0, max: 1_000 },
-  relayResyncSeconds: { min: 1, max: 86_400 },
-  trialSeconds: { min: 1, max: 86_400 },
-  proxyURLMaxLength: 2_048,
-  featureGates: 64,
-  featureGateNameMaxLength: 63,
-} as const;
-
-const bounded = (b: { min: number; max: number }) => int32().min(b.min).max(b.max);
-
-// http, https or socks5 (client-go's proxy-url schemes), no whitespace, every % the start of an escape.
-const ProxyURLPattern = "^((https?|socks5)://([^\\s%]|%[0-9A-Fa-f]{2})+)?$";
-const ProxyURLSchema = z
-  .string()
-  .max(SettingBounds.proxyURLMaxLength)
-  .regex(new RegExp(ProxyURLPattern), { message: 'must be an http, https or socks5 URL with well-formed % escapes, or "" for none', abort: true })
-  .superRefine((text, ctx) => {
-    if (text === "") return;
-    try {
-      parseProxyURL(text);
-    } catch (err) {
-      ctx.addIssue({ code: "custom", message: (err as Error).message });
-    }
-  });
-
-export const FeatureGateNamePattern = "^[A-Za-z][A-Za-z0-9]*$";
-const FeatureGateName = z
-  .string()
-  .max(SettingBounds.featureGateNameMaxLength)
-  .regex(new RegExp(FeatureGateNamePattern), { message: "a feature gate is named by a letter, then letters and digits" });
-
-// What an assigned config may set; every field optional, absent meaning the install-time value.
-// Strict: a key the agent does not know is refused (ConfigInvalid), never silently ignored. The CRD keeps
-// unknown keys (preserve-unknown-fields) so that an agent newer than the hub's CRD still sees them, and
-// an agent older than it refuses them itself, as the kubelet refuses a KubeletConfiguration it cannot read.
-export const AgentSettingsSchema = z
-  .strictObject({
-    // spoke-cluster-status: how often status is synced without an event
-    statusSyncIntervalSeconds: bounded(SettingBounds.statusSyncIntervalSeconds).optional(),
-    // spoke-cluster-status: custom ClusterClaims synced (OCM's --max-custom-cluster-claims)
-    clusterClaimLimit: bounded(SettingBounds.clusterClaimLimit).optional(),
-    // the spoke relay's resync tick
-    relayResyncSeconds: bounded(SettingBounds.relayResyncSeconds).optional(),
-    heartbeat: z
-      .strictObject({
-        // the proxy the sidecar reaches the hub through; "" = none
-        proxyURL: ProxyURLSchema.optional(),
-      })
-      .meta({ "x-kubernetes-preserve-unknown-fields": true })
-      .optional(),
-    logLevel: z.enum(LogLevels).optional(),
-    // feature switches
-    features: z
-      .record(FeatureGateName, z.boolean())
-      .refine((gates) => Object.keys(gates).length <= SettingBounds.featureGates, { message: `at most ${SettingBounds.featureGates} feature gates` })
-      .meta({ maxProperties: SettingBounds.featureGates })
-      .optional(),
-  })
-  .meta({ "x-kubernetes-preserve-unknown-fields": true });
-export type AgentSettings = z.infer<typeof AgentSettingsSchema>;
+export { AgentSettingsSchema, FeatureGateNamePattern, LogLevels, SettingBounds, type AgentSettings, type LogLevel } from "./agent-settings.ts";
 
 // No CRD defaults on the spec: a per-cluster object would carry the fleet-level fields' defaults, and
 // the agent applies its own default trial (its install-time setting).
 export const AgentConfigSpecSchema = z.looseObject({
-  settings: AgentSettingsSchema.optional(),
+  settings: z.optional(AgentSettingsSchema),
   // how long the assigned config must run healthy before it becomes last-known-good
-  trialSeconds: bounded(SettingBounds.trialSeconds).optional(),
+  trialSeconds: int32().min(SettingBounds.trialSeconds.min).max(SettingBounds.trialSeconds.max).optional(),
   // fleet-level only: the Placement (in the AgentConfig's namespace) whose clusters get the config
   placementRef: z.looseObject({ name: z.string().min(1) }).optional(),
   // fleet-level only: OCM's rollout strategy (All, Progressive, ProgressivePerGroup)

@@ -2,17 +2,7 @@
 // zod builders that carry Kubernetes schema extensions through .meta() into generated CRDs (see crd.ts).
 import { z } from "zod";
 
-// Where a kind is served; clients address objects with this.
-export type ApiResource = {
-  readonly group: string;
-  readonly version: string;
-  readonly kind: string;
-  readonly plural: string;
-  readonly namespaced: boolean;
-};
-
-// The API group of an apiVersion ("" for the core group's "v1").
-export const groupOf = (apiVersion: string) => (apiVersion.includes("/") ? apiVersion.slice(0, apiVersion.lastIndexOf("/")) : "");
+export { groupOf, type ApiResource } from "./resource.ts";
 
 // Builders for Kubernetes field shapes. Each carries its OpenAPI extension or format in .meta(), so the
 // CRD generator reads it from the schema instead of a second description of the type.

@@ -2,7 +2,7 @@
 // outcome of its renewals under the active hash, which the agent-config function judges a trial by. The
 // record last known to be stored is remembered, so a steady outcome costs no call at all; a change of
 // hash or outcome costs a GET and a write (shared recordHealth, which writes only what differs).
-import { HealthKey, recordHealth, type HealthObservation } from "../../../shared/agent-config.ts";
+import { HealthKey, recordHealth, type HealthObservation } from "../../../shared/checkpoint.ts";
 import type { Log } from "../../../shared/harness.ts";
 import type { KubeClient } from "../../../shared/kube/client.ts";
 

@@ -4,7 +4,8 @@
 // on the ManagedCluster through it. A rotated certificate or a new proxy is picked up by the next period;
 // an unchanged one costs no request at all.
 import { parse, stringify } from "yaml";
-import { ManagedClusterResource, type ManagedCluster } from "../../../shared/api/cluster.ts";
+import { ManagedClusterResource } from "../../../shared/api/cluster-constants.ts";
+import type { ManagedCluster } from "../../../shared/api/cluster.ts";
 import { SecretResource } from "../../../shared/api/kube.ts";
 import { HubSecretKey } from "../../../shared/api/registration.ts";
 import { clientWithSecretFiles, hubEndpoint, judgeHubSecret, secretText, type AgentSecrets, type Secret } from "../../../shared/hub-credentials.ts";

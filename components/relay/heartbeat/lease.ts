@@ -1,7 +1,7 @@
 // One renewal of the cluster lease on the hub (OCM §5.2): managed-cluster-lease with renewTime moved to
 // now, written with the resourceVersion it was read at; nothing else in the lease changes.
 import { LeaseResource } from "../../../shared/api/kube.ts";
-import { ManagedClusterLeaseName } from "../../../shared/api/cluster.ts";
+import { ManagedClusterLeaseName } from "../../../shared/api/cluster-constants.ts";
 import { microTime } from "../../../shared/clock.ts";
 import type { KubeClient, KubeObject } from "../../../shared/kube/client.ts";
 import { classifyError } from "../../../shared/kube/errors.ts";

@@ -1,6 +1,7 @@
 // When the heartbeat runs next: OCM's lease period with its jitter, the backoff while the hub cannot be
 // reached, and the one function all waiting goes through (tests inject their own).
-import { DefaultLeaseDurationSeconds, type ManagedCluster } from "../../../shared/api/cluster.ts";
+import { DefaultLeaseDurationSeconds } from "../../../shared/api/cluster-constants.ts";
+import type { ManagedCluster } from "../../../shared/api/cluster.ts";
 import { delay } from "../../../shared/backoff.ts";
 
 // Resolves after ms, or at once when signal aborts (stop, or a test waking the loop early).

@@ -4,9 +4,9 @@
 // The checkpoint is watched (./watched.ts), so a period costs no request for it and a change is in use
 // by the next renewal, the one where the proxy counts. Without list/watch on the ConfigMap (an older
 // RBAC) the watch falls back to one GET each period.
-import { LogLevels, type AgentSettings, type LogLevel } from "../../../shared/api/agent-config.ts";
+import { LogLevels, type AgentSettings, type LogLevel } from "../../../shared/api/agent-settings.ts";
 import { ConfigMapResource } from "../../../shared/api/kube.ts";
-import { CheckpointConfigMapName, CheckpointKey, InstallTimeHash, mergeSettings, readActiveKey } from "../../../shared/agent-config.ts";
+import { CheckpointConfigMapName, CheckpointKey, InstallTimeHash, mergeSettings, readActiveKey } from "../../../shared/checkpoint.ts";
 import type { Log } from "../../../shared/harness.ts";
 import type { KubeClient, KubeObject } from "../../../shared/kube/client.ts";
 import { watchedObject } from "./watched.ts";

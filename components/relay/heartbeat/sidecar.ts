@@ -3,11 +3,11 @@
 // managed-cluster-lease while the cluster is accepted, through the proxy the settings name: one request
 // per period, as OCM's lease updater makes. It backs off while the hub is unreachable, records when
 // renewals start or stop succeeding under a config, and serves the health endpoint.
-import { ManagedClusterConditionType } from "../../../shared/api/cluster.ts";
+import { ManagedClusterConditionType } from "../../../shared/api/cluster-constants.ts";
 import { systemClock, type Clock } from "../../../shared/clock.ts";
 import { isTrue } from "../../../shared/conditions.ts";
-import { InstallTimeHash } from "../../../shared/agent-config.ts";
-import type { AgentSettings } from "../../../shared/api/agent-config.ts";
+import { InstallTimeHash } from "../../../shared/checkpoint.ts";
+import type { AgentSettings } from "../../../shared/api/agent-settings.ts";
 import type { Log } from "../../../shared/harness.ts";
 import type { AgentSecrets } from "../../../shared/hub-credentials.ts";
 import type { KubeClient } from "../../../shared/kube/client.ts";

@@ -3,7 +3,7 @@
 // reflector is not in sync — not yet listed, refused (RBAC without list/watch), the server unreachable,
 // backing off — get() makes the GET every period made before, so a failure still reaches the caller to
 // be classified; the reflector logs its own failures once each.
-import type { ApiResource } from "../../../shared/api/meta.ts";
+import type { ApiResource } from "../../../shared/api/resource.ts";
 import type { KubeClient, KubeObject } from "../../../shared/kube/client.ts";
 import { startReflector, type ReflectorLog } from "../../../shared/kube/reflector.ts";
 import { fieldSelectorOf } from "../../../shared/selector-query.ts";
