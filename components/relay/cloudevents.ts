@@ -1,11 +1,46 @@
 // The CloudEvents the relay emits, shaped as Knative's ApiServerSource and PingSource shape theirs
-// (spec §1.1, §2.1), plus our `cluster` extension and the K_CE_OVERRIDES extensions.
+// (spec §1.1, §2.1), plus our `cluster` extension and the K_CE_OVERRIDES extensions. They are plain frozen
+// objects sent in binary content mode by our own encoder: the cloudevents SDK (with its JSON-schema
+// validator and big-number JSON parser) would cost the long-lived relay memory for nothing it needs.
 import { randomUUID } from "node:crypto";
-import { CloudEvent } from "cloudevents";
 import type { ApiResource } from "../../shared/api/resource.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { ApiServerSourceType, PingSourceType } from "../../shared/events.ts";
+
+// A CloudEvent as the relay holds and sends it: its context attributes (the spec's and extensions, whose
+// names config.ts holds to lower-case letters and digits) and its data.
+export type CloudEvent = Readonly<{
+  specversion: string;
+  id: string;
+  type: string;
+  source: string;
+  time?: string;
+  subject?: string;
+  datacontenttype?: string;
+  data?: unknown;
+  [attribute: string]: unknown;
+}>;
+
+export const cloudEvent = (attributes: CloudEvent): CloudEvent => Object.freeze({ ...attributes });
+
+// The same event with attributes added or replaced (the SDK's cloneWith).
+export const withAttributes = (event: CloudEvent, more: Readonly<Record<string, unknown>>): CloudEvent => Object.freeze({ ...event, ...more });
+
+// Binary content mode (CloudEvents HTTP protocol binding, 3.1): each attribute but data and
+// datacontenttype as a ce- header, datacontenttype as Content-Type, the data as the body, JSON unless it
+// is already a string. An event without data (a tick) goes without a body and so without a content
+// type: the functions' runtime answers an empty JSON body with 400.
+export function binaryMessage(event: CloudEvent): { headers: Record<string, string>; body?: string } {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(event)) {
+    if (name === "data" || name === "datacontenttype" || value === undefined || value === null) continue;
+    headers[`ce-${name}`] = String(value);
+  }
+  if (event.data === undefined) return { headers };
+  headers["content-type"] = event.datacontenttype ?? "application/json";
+  return { headers, body: typeof event.data === "string" ? event.data : JSON.stringify(event.data) };
+}
 
 export type Verb = "add" | "update" | "delete";
 export type Mode = "Resource" | "Reference";
@@ -33,7 +68,7 @@ export function withTypeMeta(r: ApiResource, o: KubeObject): KubeObject {
   return { ...o, apiVersion: o.apiVersion ?? apiVersionOf(r), kind: o.kind ?? r.kind };
 }
 
-export function objectEvent(o: { verb: Verb; mode: Mode; cluster: string; server: string; resource: ApiResource; object: KubeObject; clock: Clock; overrides: Overrides }): CloudEvent<unknown> {
+export function objectEvent(o: { verb: Verb; mode: Mode; cluster: string; server: string; resource: ApiResource; object: KubeObject; clock: Clock; overrides: Overrides }): CloudEvent {
   const object = withTypeMeta(o.resource, o.object);
   const apiVersion = object.apiVersion!;
   const kind = object.kind!;
@@ -41,7 +76,7 @@ export function objectEvent(o: { verb: Verb; mode: Mode; cluster: string; server
   const namespace = object.metadata.namespace ?? "";
   // corev1.ObjectReference: namespace is omitempty.
   const ref = { kind, ...(namespace ? { namespace } : {}), name, apiVersion };
-  return new CloudEvent<unknown>({
+  return cloudEvent({
     specversion: "1.0",
     id: randomUUID(),
     time: o.clock.now().toISOString(),
@@ -60,8 +95,8 @@ export function objectEvent(o: { verb: Verb; mode: Mode; cluster: string; server
 }
 
 // A PingSource tick without data, one per cluster, so a function can resync what lives there.
-export function tickEvent(o: { cluster: string; source: string; clock: Clock; overrides: Overrides }): CloudEvent<unknown> {
-  return new CloudEvent<unknown>({
+export function tickEvent(o: { cluster: string; source: string; clock: Clock; overrides: Overrides }): CloudEvent {
+  return cloudEvent({
     specversion: "1.0",
     id: randomUUID(),
     time: o.clock.now().toISOString(),
@@ -74,7 +109,7 @@ export function tickEvent(o: { cluster: string; source: string; clock: Clock; ov
 
 // Trigger filter semantics: every listed attribute must equal the event's exactly. Gives the reason
 // an event does not pass, or undefined when it does.
-export function mismatch(filter: Readonly<Record<string, string>> | undefined, event: CloudEvent<unknown>): string | undefined {
+export function mismatch(filter: Readonly<Record<string, string>> | undefined, event: CloudEvent): string | undefined {
   for (const [attribute, want] of Object.entries(filter ?? {})) {
     const got = (event as unknown as Record<string, unknown>)[attribute];
     if (got !== want) return `${attribute} is ${got === undefined ? "unset" : JSON.stringify(got)}, not ${JSON.stringify(want)}`;
@@ -83,7 +118,7 @@ export function mismatch(filter: Readonly<Record<string, string>> | undefined, e
 }
 
 // Several Triggers of one subscriber: undefined when any filter matches, else why none did.
-export function mismatchAll(filters: readonly Readonly<Record<string, string>>[], event: CloudEvent<unknown>): string | undefined {
+export function mismatchAll(filters: readonly Readonly<Record<string, string>>[], event: CloudEvent): string | undefined {
   const why: string[] = [];
   for (const f of filters) {
     const m = mismatch(f, event);

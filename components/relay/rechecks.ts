@@ -4,7 +4,6 @@
 // names the function in TargetExtension and carries the event that asked. One recheck is held per
 // function and object (or per function and cluster, for a tick): a later ask replaces an earlier one's
 // event and keeps the sooner of the two times, as a relay feeding a function directly does.
-import { CloudEvent } from "cloudevents";
 import { randomUUID } from "node:crypto";
 import type { Clock } from "../../shared/clock.ts";
 import { startCloudEventServer, type CloudEvent as Received, type CloudEventServer } from "../../shared/cloudevents-server.ts";
@@ -13,6 +12,7 @@ import type { Log, Reply } from "../../shared/harness.ts";
 import { metrics } from "../../shared/metrics.ts";
 import { after } from "../../shared/timers.ts";
 import type { Envelope } from "./sinks.ts";
+import { cloudEvent } from "./cloudevents.ts";
 
 // maxHeld: what one relay holds at most. A recheck request names its own object, so anyone who can reach
 // the Service could otherwise grow the map without end; past it a new one is refused with a 503 (the
@@ -43,7 +43,7 @@ export function startRechecks(o: RechecksOptions): Rechecks {
     holding.delete(key);
     held.set([], holding.size);
     lateness.observe([], Math.max(0, o.clock.now().getTime() - h.dueAt) / 1000);
-    const event = new CloudEvent<unknown>({
+    const event = cloudEvent({
       specversion: "1.0",
       id: randomUUID(),
       time: o.clock.now().toISOString(),

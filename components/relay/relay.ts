@@ -10,8 +10,7 @@ import { serveMetrics, type MetricsEndpoint } from "../../shared/metrics-endpoin
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { RelayConfigSchema, sourceName, type RelayConfigInput } from "./config.ts";
 import { credentialProviders, type CredentialStatus } from "./credentials.ts";
-import type { CloudEvent } from "cloudevents";
-import { objectEvent, tickEvent, type Verb } from "./cloudevents.ts";
+import { objectEvent, tickEvent, type CloudEvent, type Verb } from "./cloudevents.ts";
 import { openRecorder } from "./recorder.ts";
 import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
@@ -69,7 +68,7 @@ export function startRelay(options: RelayOptions): Relay {
   const withState = (state: StateConfig, envelope: Envelope, change?: { previous?: KubeObject; current: KubeObject }): Envelope | undefined => {
     if (change && outsideEveryScope(state, envelope.event, change)) return undefined;
     if (change?.previous && changedNothingWatched(state, envelope.event, { previous: change.previous, current: change.current })) return undefined;
-    const hand = (event: CloudEvent<unknown>) => {
+    const hand = (event: CloudEvent) => {
       const observed = observedFor(state, (cluster, group, kind) => caches.get(`${cluster}|${group}|${kind}`), event);
       return observed === "unrelated" ? undefined : observed ? withObserved(event, observed) : event;
     };

@@ -1,7 +1,7 @@
 // Delivery to one HTTP sink: binary-mode POSTs checked by status (cloudevents' httpTransport would
 // resolve on a 500), one object key at a time but many keys at once, bursts per key coalesced to the
 // latest state, retries with exponential backoff, and re-sends when the function asks to be called again.
-import { HTTP, type CloudEvent } from "cloudevents";
+import { binaryMessage, withAttributes, type CloudEvent } from "./cloudevents.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { RECHECK_HEADER, type Log } from "../../shared/harness.ts";
 import type { DeliveryConfig, SinkConfig } from "./config.ts";
@@ -13,8 +13,8 @@ import { metrics } from "../../shared/metrics.ts";
 
 export type Envelope = {
   key: string; // one object (or one cluster's tick) as one source sees it
-  event: CloudEvent<unknown>;
-  refresh(): CloudEvent<unknown> | undefined; // the latest state, as a new event, for a recheck
+  event: CloudEvent;
+  refresh(): CloudEvent | undefined; // the latest state, as a new event, for a recheck
 };
 
 export type Outcome = "delivered" | "rejected" | "gave-up";
@@ -44,7 +44,7 @@ export type SinkStatus = {
 
 export type Sink = {
   readonly name: string;
-  mismatch(event: CloudEvent<unknown>): string | undefined;
+  mismatch(event: CloudEvent): string | undefined;
   enqueue(envelope: Envelope): void;
   status(): SinkStatus;
   stop(): Promise<void>;
@@ -161,18 +161,14 @@ export function startSink(o: SinkOptions): Sink {
     }
   }
 
-  async function post(sent: CloudEvent<unknown>): Promise<Attempt> {
-    const event = config.extensions ? sent.cloneWith(config.extensions) : sent;
-    const message = HTTP.binary(event);
-    const headers = { ...(message.headers as Record<string, string>) };
-    // An event without data (a tick) goes without a body and so without a content type: the SDK
-    // still says application/json, and the functions' runtime answers an empty JSON body with 400.
-    if (event.data === undefined) delete headers["content-type"];
+  async function post(sent: CloudEvent): Promise<Attempt> {
+    const event = config.extensions ? withAttributes(sent, config.extensions) : sent;
+    const message = binaryMessage(event);
     try {
       const res = await fetch(config.url, {
         method: "POST",
-        headers,
-        body: event.data === undefined ? undefined : (message.body as string | undefined),
+        headers: message.headers,
+        body: message.body,
         signal: AbortSignal.timeout(clampTimerMs(delivery.timeoutMs)),
       });
       const body = await res.text();
@@ -204,7 +200,7 @@ export function startSink(o: SinkOptions): Sink {
 
   function recordOutcome(envelope: Envelope, a: Attempt, outcome: Outcome, attempts: number): void {
     sinkDeliveries.inc([config.name, outcome, a.status === null ? "none" : String(a.status)]);
-    o.record?.({ time: o.clock.now().toISOString(), sink: config.name, status: a.status, outcome, attempts, event: envelope.event.toJSON() as Record<string, unknown> });
+    o.record?.({ time: o.clock.now().toISOString(), sink: config.name, status: a.status, outcome, attempts, event: { ...envelope.event } });
   }
 
   return {

@@ -4,14 +4,13 @@
 // what a cache can vouch for is handed: an object it holds, or an absence where the cache's scope
 // would hold the object; anything else is left out and the function reads it from the API.
 import { isDeepStrictEqual } from "node:util";
-import type { CloudEvent } from "cloudevents";
 import { groupOf, type ApiResource } from "../../shared/api/resource.ts";
 import { DEFAULT_BODY_LIMIT } from "../../shared/cloudevents-server.ts";
 import { PingSourceType, StateExtension } from "../../shared/events.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { labelSelectorObject, matches } from "../../shared/label-match.ts";
 import type { HandedList, HandedObject, Observed } from "../../shared/observed.ts";
-import { apiVersionOf, withTypeMeta } from "./cloudevents.ts";
+import { apiVersionOf, withAttributes, withTypeMeta, type CloudEvent } from "./cloudevents.ts";
 import type { StateConfig } from "./config.ts";
 
 // One kind's watch cache and the scope it watches.
@@ -127,7 +126,7 @@ function watchOf(state: StateConfig, cluster: string, attrs: Record<string, unkn
 
 // What to hand with the event; undefined when nothing; "unrelated" when a related object the watch
 // requires is, as the cache shows, not there (the event is not for this function).
-export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent<unknown>): Observed | "unrelated" | undefined {
+export function observedFor(state: StateConfig, caches: Caches, event: CloudEvent): Observed | "unrelated" | undefined {
   const attrs = event as unknown as Record<string, unknown>;
   const cluster = String(attrs.cluster ?? "");
   const budget: Budget = { bytes: HANDED_LISTS_MAX_BYTES };
@@ -185,7 +184,7 @@ export function observedFor(state: StateConfig, caches: Caches, event: CloudEven
 // An object event of a kind the function watches, about an object in none of its watches' scopes
 // before or after the change: the relay watches the kind wider for another function, and this one
 // would only skip it. One that enters or leaves a scope still goes, as a selected watch would send it.
-export function outsideEveryScope(state: StateConfig, event: CloudEvent<unknown>, change: { previous?: KubeObject; current: KubeObject }): boolean {
+export function outsideEveryScope(state: StateConfig, event: CloudEvent, change: { previous?: KubeObject; current: KubeObject }): boolean {
   const attrs = event as unknown as Record<string, unknown>;
   const cluster = String(attrs.cluster ?? "");
   const { group, kind } = kindOf(attrs);
@@ -196,7 +195,7 @@ export function outsideEveryScope(state: StateConfig, event: CloudEvent<unknown>
   return !watchOf(state, cluster, attrs, change.current) && !(change.previous && watchOf(state, cluster, attrs, change.previous));
 }
 
-export function changedNothingWatched(state: StateConfig, event: CloudEvent<unknown>, change: { previous: KubeObject; current: KubeObject }): boolean {
+export function changedNothingWatched(state: StateConfig, event: CloudEvent, change: { previous: KubeObject; current: KubeObject }): boolean {
   if (!event.type.endsWith(".update")) return false;
   const attrs = event as unknown as Record<string, unknown>;
   const { previous, current } = change;
@@ -213,7 +212,7 @@ function at(o: unknown, path: string): unknown {
 }
 
 // The event with its observed state: our extension set and the data wrapped as shared/events.ts reads it.
-export function withObserved(event: CloudEvent<unknown>, observed: Observed): CloudEvent<unknown> {
+export function withObserved(event: CloudEvent, observed: Observed): CloudEvent {
   const data = event.type === PingSourceType ? { observed } : { object: event.data, observed };
-  return event.cloneWith({ [StateExtension]: "v1", data, datacontenttype: "application/json" });
+  return withAttributes(event, { [StateExtension]: "v1", data, datacontenttype: "application/json" });
 }
