@@ -233,7 +233,7 @@ describe("a render", () => {
     });
   });
 
-  it("runs the spoke's heartbeat in its relay: no other Deployment, the relay's liveness probe on the heartbeat's health port, its identity bound to the heartbeat's role", () => {
+  it("runs the spoke's heartbeat in its relay: no other Deployment, the relay's liveness probe on the heartbeat's health port, a young generation of 1 MiB, its identity bound to the heartbeat's role", () => {
     type Source = Manifest & { spec: { template: { spec: { serviceAccountName: string; containers: (Container & { ports: { name: string; containerPort: number }[]; livenessProbe: { httpGet: { path: string; port: string } } })[] } } } };
     expect(of(spoke, "Deployment")).toEqual([]);
     const [relay] = of<Source>(spoke, "ContainerSource");
@@ -241,6 +241,7 @@ describe("a render", () => {
     const config = configFromEnvironment(container.env.find((e) => e.name === "OCM_RELAY_CONFIG")!.value, {});
     expect(config.heartbeat).toEqual({ cluster: "spoke", clusterName: "edge-7", agentNamespace: "open-cluster-management-agent", bootstrapSecret: "bootstrap-hub-kubeconfig", hubSecret: "hub-kubeconfig-secret", health: { port: 8000, host: "0.0.0.0" } });
     expect(container.livenessProbe.httpGet).toEqual({ path: "/healthz", port: "health" });
+    expect(container.env).toContainEqual({ name: "NODE_OPTIONS", value: "--max-semi-space-size=1" });
     expect(container.ports.find((p) => p.name === "health")?.containerPort).toBe(8000);
     type Binding = Manifest & { roleRef: { name: string }; subjects: { name: string }[] };
     const bound = of<Binding>(spoke, "RoleBinding").filter((b) => b.subjects.some((s) => s.name === relay!.spec.template.spec.serviceAccountName)).map((b) => b.roleRef.name);

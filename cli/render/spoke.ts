@@ -127,7 +127,12 @@ function relay(o: SpokeOptions & { ns: string; config: RelayConfigInput; brokerN
               image: imageOf(o, "relay"),
               // K_SINK (the Broker) is injected; the relay names each event's cluster itself, so no
               // ceOverrides: their extensions would replace that `cluster` on every event.
-              env: [{ name: "OCM_RELAY_CONFIG", value: stringify(o.config, { lineWidth: 0 }) }],
+              env: [
+                { name: "OCM_RELAY_CONFIG", value: stringify(o.config, { lineWidth: 0 }) },
+                // a young generation of 1 MiB: this process allocates little and often, and keeps 2 MiB
+                // less private memory so, at no measurable CPU per renewal (npm run bench -- heartbeat)
+                { name: "NODE_OPTIONS", value: "--max-semi-space-size=1" },
+              ],
               ports: [
                 { name: "http", containerPort: RECHECKS_PORT },
                 { name: "health", containerPort: HEARTBEAT_HEALTH_PORT },
