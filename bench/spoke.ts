@@ -30,11 +30,14 @@
 //  5. Events the spoke relay delivered per function in the window, and how many the function skipped
 //     (its "skipped" log lines: keys() found it was not its object), also over the warm joins: what the
 //     subscriptions let through that the function did not need.
+//  6. Hosted mode: `ocmf join --mode hosted` of a fourth control plane, `managed`, whose agent runs on the
+//     `spoke` plane in klusterlet-<cluster>: the processes ours puts on the managed cluster (none) and its
+//     relay's memory and CPU on the management cluster, beside OCM's two agents of item 3.
 //
 // Settings: SPOKE_BENCH_COLD_RUNS (5), SPOKE_BENCH_WARM_RUNS (20), SPOKE_BENCH_STEADY_SECONDS (60),
 // SPOKE_BENCH_LEASE_SECONDS (5), SPOKE_BENCH_SETTLE_SECONDS (15, before the window), SPOKE_BENCH_DIST (a
 // build to use instead of a fresh one), SPOKE_BENCH_KEEP (keep the run folder, for its logs),
-// SPOKE_BENCH_AUDIT=0 (no audit logs, no per-request trace), SPOKE_BENCH_OCM=0 (our side only),
+// SPOKE_BENCH_AUDIT=0 (no audit logs, no per-request trace), SPOKE_BENCH_OCM=0 (our side only), SPOKE_BENCH_HOSTED=0 (no Hosted row),
 // SPOKE_BENCH_TRACE_FILE. About 3.5 minutes with the defaults on 2 cores.
 import { execFile } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -49,7 +52,7 @@ import { logTail, startGuard, startProcess, stopProcess, type Managed } from "..
 import { runDeployed, type Deployed } from "../dev/local/deployed.ts";
 import { createNodes } from "../dev/local/nodes.ts";
 import { HubNamespaceDefault } from "../cli/render/index.ts";
-import { RelayName } from "../cli/render/spoke.ts";
+import { hostedAgentNamespace, RelayName } from "../cli/render/spoke.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
 import { CustomResourceDefinitionResource, NamespaceResource, SecretResource } from "../shared/api/kube.ts";
 import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
@@ -70,6 +73,8 @@ const BOOTSTRAP_GROUP = "system:bootstrappers:managedcluster";
 const WARM_TARGET = { p50: 250, p95: 500 };
 // SPOKE_BENCH_OCM=0: our side only (no Go toolchain, or OCM's programs not built yet); no ratios.
 const WITH_OCM = process.env.SPOKE_BENCH_OCM !== "0";
+// SPOKE_BENCH_HOSTED=0: no Hosted-mode row (it adds a control plane and a join).
+const HOSTED = process.env.SPOKE_BENCH_HOSTED !== "0";
 
 const pause = (t: number) => new Promise((r) => setTimeout(r, t));
 
@@ -320,6 +325,46 @@ async function warmJoinOurs(ctx: Ctx, spoke: Joiner, name: string): Promise<Warm
   } catch (err) {
     await run.deployed.stop();
     throw err;
+  }
+}
+
+// ---- Hosted mode: the agent on the management cluster (`spoke`), the managed cluster running nothing
+
+// `ocmf join --mode hosted` for a cluster whose agent runs on the management cluster in
+// klusterlet-<cluster>, then what that applied, run by deployed.ts on each cluster: on the management
+// cluster its functions and relay, on the managed cluster whatever ours there would run (nothing: its
+// objects are namespaces and CRDs). The management cluster's cost per hosted spoke is its relay at steady
+// state, measured as the Default-mode row is, beside OCM's two agents of that row.
+async function hostedFigures(ctx: Ctx, management: Joiner, managed: Joiner, ocm: { rss: number; anon: number; cpuMs: number }): Promise<Record<string, string>> {
+  const name = "ours-hosted";
+  const ns = hostedAgentNamespace(name);
+  await installCrds(managed.admin, knativeCrds());
+  await createNodes(managed.admin);
+  const joined = await runCli(ctx.cli, ctx.work, ["join", "--hub-kubeconfig", ctx.bootstrapFile, "--cluster-name", name, "--mode", "hosted", "--managed-kubeconfig", managed.kubeconfigFile, "--wait", "crds"], {
+    KUBECONFIG: management.kubeconfigFile,
+  });
+  if (joined.code !== 0) throw new Error(`ocmf join --mode hosted: ${described(joined)}`);
+  const runDir = join(ctx.work, "hosted");
+  const onManagement = await runDeployed({ cluster: management.cluster, namespace: ns, dist: ctx.dist, runDir: join(runDir, "management") });
+  const onManaged = await runDeployed({ cluster: managed.cluster, namespace: ns, dist: ctx.dist, runDir: join(runDir, "managed") });
+  try {
+    await until("the hosted cluster Available", async () => (isTrue((await ctx.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, ManagedClusterConditionType.Available) ? true : undefined), 90_000, 200);
+    await ctx.hubAdmin.patch(ManagedClusterResource, name, { spec: { leaseDurationSeconds: LEASE_SECONDS } });
+    await pause(SETTLE_MS);
+    const relay = onManagement.processes.find((p) => p.name.endsWith(`-${RelayName}`));
+    if (!relay) throw new Error("no relay runs for the hosted agent");
+    const steady = await measureSteady([{ label: "hosted relay", pid: relay.child.pid!, group: "ours-long" }], STEADY_MS);
+    const r = steady.figures[0]!;
+    const periods = STEADY_MS / 1000 / LEASE_SECONDS;
+    return {
+      "hosted: processes of ours on the managed cluster": `${onManaged.processes.length} (0 MiB)`,
+      "hosted: on the management cluster, per hosted spoke": `the relay with its heartbeat: RSS ${mib(r.rss)}, RssAnon ${mib(r.anon)}, CPU ${fmt(r.cpuMs / periods, 1)} ms/period${r.alive ? "" : " (EXITED)"}`,
+      "hosted: that relay / OCM's 2 agents (Default mode) / ratio": `RSS ${mib(r.rss)} / ${mib(ocm.rss)} / ${ratio(r.rss, ocm.rss)}, RssAnon ${mib(r.anon)} / ${mib(ocm.anon)} / ${ratio(r.anon, ocm.anon)}, CPU ${fmt(r.cpuMs / periods, 1)} / ${fmt(ocm.cpuMs, 1)} ms / ${ratio(r.cpuMs / periods, ocm.cpuMs)}`,
+      "hosted: function processes on the management cluster (scale to zero)": `${onManagement.processes.length - 1}`,
+    };
+  } finally {
+    await onManaged.stop();
+    await onManagement.stop();
   }
 }
 
@@ -608,7 +653,7 @@ export const spoke = {
     writeFileSync(join(work, "audit-policy.yaml"), auditPolicy());
     // no OCM CRDs: `ocmf install hub` and `ocmf join` bring ours; OCM's spoke gets OCM's
     const clusters = await startClusters({
-      names: ["hub", "spoke", "ocmspoke"],
+      names: ["hub", "spoke", "ocmspoke", ...(HOSTED ? ["managed"] : [])],
       crds: false,
       log: () => {},
       apiserverFlags: audit ? ["--audit-log-path=-", `--audit-policy-file=${join(work, "audit-policy.yaml")}`] : [],
@@ -789,6 +834,7 @@ export const spoke = {
         traces.push(traceWarm(ctx, ours, s));
       }
       if (warm.length) Object.assign(figures, warmFigures(warm, traces, c50.ocm));
+      if (HOSTED) Object.assign(figures, await hostedFigures(ctx, ours, await joiner(clusters.get("managed")), { rss: mem.ocmRss, anon: mem.ocmAnon, cpuMs: cpu.ocm }));
       figures["bench run time"] = ms(Date.now() - started);
       return figures;
     } finally {

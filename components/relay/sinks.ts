@@ -9,6 +9,7 @@ import { delay, exponentialBackoff } from "../../shared/backoff.ts";
 import { mismatch, mismatchAll } from "./cloudevents.ts";
 import { after, clampTimerMs } from "../../shared/timers.ts";
 import { metrics } from "../../shared/metrics.ts";
+import { poster } from "./post.ts";
 
 
 export type Envelope = {
@@ -68,6 +69,7 @@ const sinkInFlight = metrics.gauge("ocmf_relay_in_flight", "Object keys whose de
 
 export function startSink(o: SinkOptions): Sink {
   const { config, delivery, log } = o;
+  const http = poster(config.url);
   const pending = new Map<string, Envelope>(); // latest event per key, not yet started
   const workers = new Map<string, Promise<void>>(); // one per key being delivered
   const rechecks = new Map<string, NodeJS.Timeout>();
@@ -163,23 +165,20 @@ export function startSink(o: SinkOptions): Sink {
 
   async function post(sent: CloudEvent): Promise<Attempt> {
     const event = config.extensions ? withAttributes(sent, config.extensions) : sent;
-    const message = binaryMessage(event);
     try {
-      const res = await fetch(config.url, {
-        method: "POST",
-        headers: message.headers,
-        body: message.body,
-        signal: AbortSignal.timeout(clampTimerMs(delivery.timeoutMs)),
-      });
-      const body = await res.text();
+      const res = await http.post(binaryMessage(event), clampTimerMs(delivery.timeoutMs));
+      const header = (name: string) => {
+        const v = res.headers[name];
+        return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
+      };
       return {
         status: res.status,
-        retryAfterMs: retryAfterMs(res.headers.get("retry-after"), o.clock.now()),
-        recheckAfterMs: nonNegativeInt(res.headers.get(RECHECK_HEADER)),
-        error: res.ok ? undefined : body.slice(0, 300),
+        retryAfterMs: retryAfterMs(header("retry-after"), o.clock.now()),
+        recheckAfterMs: nonNegativeInt(header(RECHECK_HEADER.toLowerCase())),
+        error: res.status >= 200 && res.status < 300 ? undefined : res.body.slice(0, 300),
       };
     } catch (err) {
-      return { status: null, error: err instanceof Error ? `${err.message}${err.cause ? `: ${String(err.cause)}` : ""}` : String(err) };
+      return { status: null, error: err instanceof Error ? err.message : String(err) };
     }
   }
 
@@ -215,6 +214,7 @@ export function startSink(o: SinkOptions): Sink {
       rechecks.clear();
       pending.clear();
       await Promise.allSettled([...workers.values()]);
+      http.close();
     },
   };
 }
