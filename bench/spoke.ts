@@ -26,7 +26,8 @@
 //  3. Memory at steady state: RSS and RssAnon (/proc/PID/status) of our relay, heartbeat in it (and, apart,
 //     the function processes, which scale to zero in production) vs OCM's registration + work agents.
 //  4. CPU per lease period: utime+stime (/proc/PID/stat) over the window, both clusters' leases set to
-//     SPOKE_BENCH_LEASE_SECONDS on the hub.
+//     SPOKE_BENCH_LEASE_SECONDS on the hub. And CPU per renewal: the same CPU over the renewals of each
+//     cluster's lease the hub saw in the window (renewTime polled every 250 ms), watches included.
 //  5. Events the spoke relay delivered per function in the window, and how many the function skipped
 //     (its "skipped" log lines: keys() found it was not its object), also over the warm joins: what the
 //     subscriptions let through that the function did not need.
@@ -54,8 +55,8 @@ import { createNodes } from "../dev/local/nodes.ts";
 import { HubNamespaceDefault } from "../cli/render/index.ts";
 import { hostedAgentNamespace, RelayName } from "../cli/render/spoke.ts";
 import { KubeClient, type KubeObject } from "../shared/kube/client.ts";
-import { CustomResourceDefinitionResource, NamespaceResource, SecretResource } from "../shared/api/kube.ts";
-import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { CustomResourceDefinitionResource, LeaseResource, NamespaceResource, SecretResource } from "../shared/api/kube.ts";
+import { ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { AgentNamespaceDefault, BootstrapSecretName, HubKubeconfigSecretName } from "../shared/api/registration.ts";
 import { hubEndpoint, judgeHubSecret, type HubEndpoint, type Secret } from "../shared/hub-credentials.ts";
 import { isTrue } from "../shared/conditions.ts";
@@ -326,6 +327,27 @@ async function warmJoinOurs(ctx: Ctx, spoke: Joiner, name: string): Promise<Warm
     await run.deployed.stop();
     throw err;
   }
+}
+
+// The renewals of each cluster's lease on the hub while `during` runs: each renewTime seen, polled every
+// 250 ms (a renewal every lease period or so, so none is missed).
+async function countRenewals<T>(hubAdmin: KubeClient, clusters: readonly string[], during: Promise<T>): Promise<{ result: T; renewals: Map<string, number> }> {
+  const seen = new Map(clusters.map((c) => [c, new Set<string>()]));
+  let done = false;
+  const polling = (async () => {
+    while (!done) {
+      for (const c of clusters) {
+        const t = (await hubAdmin.get<KubeObject & { spec?: { renewTime?: string } }>(LeaseResource, ManagedClusterLeaseName, c).catch(() => undefined))?.spec?.renewTime;
+        if (t) seen.get(c)!.add(t);
+      }
+      await pause(250);
+    }
+  })();
+  const result = await during;
+  done = true;
+  await polling;
+  // the renewTime current at the start was written before the window
+  return { result, renewals: new Map([...seen].map(([c, s]) => [c, Math.max(0, s.size - 1)])) };
 }
 
 // ---- Hosted mode: the agent on the management cluster (`spoke`), the managed cluster running nothing
@@ -772,7 +794,7 @@ export const spoke = {
             ]
           : []),
       ];
-      const steady = await measureSteady(procs, STEADY_MS);
+      const { result: steady, renewals } = await countRenewals(hubAdmin, steadyNames, measureSteady(procs, STEADY_MS));
       const periods = STEADY_MS / 1000 / LEASE_SECONDS;
       const sum = (g: Proc["group"], f: (x: ProcFigures) => number) => steady.figures.filter((x) => x.group === g).reduce((a, x) => a + f(x), 0);
       figures["steady window"] = `${STEADY_MS / 1000} s, lease ${LEASE_SECONDS} s (${periods} periods), after ${SETTLE_MS / 1000} s settling`;
@@ -785,6 +807,10 @@ export const spoke = {
       figures["RSS of our 6 function processes (scale to zero)"] = mib(sum("ours-fn", (x) => x.rss));
       const cpu = { long: sum("ours-long", (x) => x.cpuMs) / periods, fns: sum("ours-fn", (x) => x.cpuMs) / periods, ocm: sum("ocm", (x) => x.cpuMs) / periods };
       figures["CPU/lease period: our relay with its heartbeat / OCM / ratio"] = `${fmt(cpu.long, 1)} ms / ${fmt(cpu.ocm, 1)} ms / ${ratio(cpu.long, cpu.ocm)}`;
+      // Every CPU millisecond of the process over the renewals the hub saw: watches and ticks included.
+      const perRenewal = { ours: (sum("ours-long", (x) => x.cpuMs)) / (renewals.get(oursSteady.name) || NaN), ocm: sum("ocm", (x) => x.cpuMs) / (ocmSteady ? renewals.get(ocmSteady.name) || NaN : NaN) };
+      figures["renewals in the window: ours / OCM"] = `${renewals.get(oursSteady.name) ?? 0} / ${ocmSteady ? (renewals.get(ocmSteady.name) ?? 0) : "n/a"}`;
+      figures["CPU per renewal (all the window's CPU / renewals): our relay with its heartbeat / OCM's 2 agents / ratio"] = `${fmt(perRenewal.ours, 2)} ms / ${fmt(perRenewal.ocm, 2)} ms / ${ratio(perRenewal.ours, perRenewal.ocm)} (target ≤ 1 ms)`;
       figures["CPU/lease period: ours incl. functions / OCM / ratio"] = `${fmt(cpu.long + cpu.fns, 1)} ms / ${fmt(cpu.ocm, 1)} ms / ${ratio(cpu.long + cpu.fns, cpu.ocm)}`;
       // 5. What the spoke relay delivered in the window, and what each function skipped.
       const delivered = new Map<string, number>();
