@@ -73,17 +73,11 @@ const WATCHDOG_GRACE_MS = 30_000;
 
 class Expired extends Error {}
 
-export const ForbiddenInitialMs = 50;
-
 export function startReflector<T extends KubeObject>(o: ReflectorOptions<T>): Reflector<T> {
   const clientNow = typeof o.client === "function" ? o.client : () => o.client as KubeClient;
   const where = { reflector: o.name, ...o.fields };
   const timer = { unref: o.unref === true };
   const backoff = exponentialBackoff(o.backoff);
-  // A list refused (403) is most often a grant that has not reached the authorizer yet (an identity
-  // just accepted, its roles just bound): the first retries after a refusal come sooner, from
-  // ForbiddenInitialMs, and double to the same maximum.
-  const forbidden = exponentialBackoff({ initialMs: Math.min(ForbiddenInitialMs, o.backoff.initialMs), maxMs: o.backoff.maxMs });
   let known = new Map<string, T>();
   let resourceVersion = "";
   let state: ReflectorState = "waiting-for-client";
@@ -187,7 +181,6 @@ export function startReflector<T extends KubeObject>(o: ReflectorOptions<T>): Re
     lastError = undefined;
     failures = 0;
     backoff.reset();
-    forbidden.reset();
   }
 
   async function run(): Promise<void> {
@@ -240,7 +233,7 @@ export function startReflector<T extends KubeObject>(o: ReflectorOptions<T>): Re
           continue;
         }
         state = "backing-off";
-        const retryInMs = !resourceVersion && code === 403 ? forbidden.next() : backoff.next();
+        const retryInMs = backoff.next();
         if (resourceVersion) failed(message, { retryInMs, resourceVersion }, "watch failed: resuming from the last resourceVersion after a backoff");
         else failed(message, { retryInMs }, "list failed: retrying after a backoff");
         await sleep(retryInMs, signal, timer);
