@@ -21,7 +21,7 @@ import { startHeartbeat, type Heartbeat, type HeartbeatStatus } from "./heartbea
 import type { CloudEventServer } from "../../shared/cloudevents-server.ts";
 import type { StateConfig } from "./config.ts";
 
-// onBeat: told after each heartbeat, with its status (a bench counts renewals from it).
+// onBeat: told after each heartbeat, with its status (main.ts marks from it when the process is warm).
 export type RelayOptions = RelayConfigInput & { clock?: Clock; log?: Log; every?: Every; onBeat?: (status: HeartbeatStatus) => void };
 
 export type RelayStatus = {
