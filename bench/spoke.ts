@@ -360,7 +360,6 @@ async function countRenewals<T>(hubAdmin: KubeClient, clusters: readonly string[
 async function hostedFigures(ctx: Ctx, management: Joiner, managed: Joiner, ocm: { rss: number; anon: number; cpuMs: number }): Promise<Record<string, string>> {
   const name = "ours-hosted";
   const ns = hostedAgentNamespace(name);
-  await installCrds(managed.admin, knativeCrds());
   await createNodes(managed.admin);
   const joined = await runCli(ctx.cli, ctx.work, ["join", "--hub-kubeconfig", ctx.bootstrapFile, "--cluster-name", name, "--mode", "hosted", "--managed-kubeconfig", managed.kubeconfigFile, "--wait", "crds"], {
     KUBECONFIG: management.kubeconfigFile,

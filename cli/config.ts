@@ -10,7 +10,6 @@ import {
   AgentConfigConditionType,
   AgentConfigName,
   AgentConfigResource,
-  AgentSettingsSchema,
   DefaultMaxRolledBack,
   DefaultTrialSeconds,
   RolloutPhase,
@@ -34,37 +33,33 @@ export type Strategy = NonNullable<RolloutStrategy["type"]>;
 // ---- KEY=VALUE, by the schema
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
-// The settings' schema is zod/mini's (shared/api/agent-settings.ts): an optional field's inner schema.
-const shape = AgentSettingsSchema.shape as Record<string, zm.ZodMiniOptional>;
-const unwrap = (field: zm.ZodMiniOptional) => field._zod.def.innerType as zm.ZodMiniType;
-
 // The settings a KEY may name, as the help and the refusals list them.
-export const settingKeys: readonly string[] = settingShapes.flatMap(({ key, keys, map }) => (keys ? keys.map((k) => `${key}.${k}`) : map ? [`${key}.<name>`] : [key]));
+export const settingKeys: readonly string[] = settingShapes.flatMap((s) => (s.kind === "group" ? Object.keys(s.fields).map((k) => `${s.key}.${k}`) : s.kind === "map" ? [`${s.key}.<name>`] : [s.key]));
 const known = () => `the settings are ${settingKeys.join(", ")}`;
+const shapeOf = (key: string) => settingShapes.find((s) => s.key === key);
 
 // The schema of the one value KEY names, or why KEY names none.
 function leafSchema(key: string): zm.ZodMiniType | string {
   const [head = "", ...rest] = key.split(".");
-  if (!Object.hasOwn(shape, head)) return `unknown setting ${key}: ${known()}`;
-  const inner = unwrap(shape[head]!);
-  if (inner instanceof zm.ZodMiniObject) {
-    const fields = inner.shape as Record<string, zm.ZodMiniOptional>;
-    if (!rest.length) return `${key} is a group of settings: set ${Object.keys(fields).map((k) => `${head}.${k}`).join(", ")}`;
-    if (rest.length > 1 || !Object.hasOwn(fields, rest[0]!)) return `unknown setting ${key}: ${known()}`;
-    return unwrap(fields[rest[0]!]!);
+  const s = shapeOf(head);
+  if (!s) return `unknown setting ${key}: ${known()}`;
+  if (s.kind === "group") {
+    if (!rest.length) return `${key} is a group of settings: set ${Object.keys(s.fields).map((k) => `${head}.${k}`).join(", ")}`;
+    if (rest.length > 1 || !Object.hasOwn(s.fields, rest[0]!)) return `unknown setting ${key}: ${known()}`;
+    return s.fields[rest[0]!]!;
   }
-  if (inner instanceof zm.ZodMiniRecord) {
+  if (s.kind === "map") {
     if (!rest.length) return `${key} is a group of settings: set ${head}.<name>`;
     if (rest.length > 1 || rest[0] === "") return `unknown setting ${key}: ${known()}`;
-    return inner._zod.def.valueType as zm.ZodMiniType;
+    return s.value;
   }
-  return rest.length ? `unknown setting ${key}: ${known()}` : inner;
+  return rest.length ? `unknown setting ${key}: ${known()}` : s.value;
 }
 
 // A path --unset may remove: any setting, or a whole group (heartbeat, features).
 const isSettingPath = (key: string) => {
   const head = key.split(".")[0]!;
-  return typeof leafSchema(key) !== "string" || (key === head && Object.hasOwn(shape, head));
+  return typeof leafSchema(key) !== "string" || (key === head && shapeOf(head) !== undefined);
 };
 
 // The text after `=` as the setting's type: integers, true/false, strings; then the schema's own check.

@@ -17,7 +17,7 @@ export * from "./checkpoint.ts";
 export type AllowList = "all" | readonly string[];
 
 // Paths an allow-list may name: each setting, each heartbeat field, `features` and any `features.<gate>`.
-export const settingPaths: readonly string[] = settingShapes.flatMap(({ key, keys }) => [key, ...(keys ?? []).map((k) => `${key}.${k}`)]);
+export const settingPaths: readonly string[] = settingShapes.flatMap((s) => [s.key, ...(s.kind === "group" ? Object.keys(s.fields).map((k) => `${s.key}.${k}`) : [])]);
 const gatePath = new RegExp(`^features\\.${FeatureGateNamePattern.slice(1)}`);
 const isKnownPath = (p: string) => settingPaths.includes(p) || gatePath.test(p);
 

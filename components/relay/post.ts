@@ -4,7 +4,13 @@
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 
-export type Answer = { status: number; headers: IncomingMessage["headers"]; body: string };
+// header: an answer's header by its lower-case name, several values joined as fetch joins them.
+export type Answer = { status: number; header(name: string): string | null; body: string };
+
+const headerOf = (headers: IncomingMessage["headers"]) => (name: string) => {
+  const v = headers[name];
+  return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
+};
 
 export type Poster = { post(message: { headers: Record<string, string>; body?: string }, timeoutMs: number): Promise<Answer>; close(): void };
 
@@ -27,7 +33,7 @@ export function poster(url: string): Poster {
             if (kept < KEPT_BODY_BYTES) chunks.push(c);
             kept += c.length;
           });
-          res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8").slice(0, KEPT_BODY_BYTES) }));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, header: headerOf(res.headers), body: Buffer.concat(chunks).toString("utf8").slice(0, KEPT_BODY_BYTES) }));
           res.on("error", reject);
         });
         req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));

@@ -167,14 +167,10 @@ export function startSink(o: SinkOptions): Sink {
     const event = config.extensions ? withAttributes(sent, config.extensions) : sent;
     try {
       const res = await http.post(binaryMessage(event), clampTimerMs(delivery.timeoutMs));
-      const header = (name: string) => {
-        const v = res.headers[name];
-        return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
-      };
       return {
         status: res.status,
-        retryAfterMs: retryAfterMs(header("retry-after"), o.clock.now()),
-        recheckAfterMs: nonNegativeInt(header(RECHECK_HEADER.toLowerCase())),
+        retryAfterMs: retryAfterMs(res.header("retry-after"), o.clock.now()),
+        recheckAfterMs: nonNegativeInt(res.header(RECHECK_HEADER)),
         error: res.status >= 200 && res.status < 300 ? undefined : res.body.slice(0, 300),
       };
     } catch (err) {
@@ -199,7 +195,7 @@ export function startSink(o: SinkOptions): Sink {
 
   function recordOutcome(envelope: Envelope, a: Attempt, outcome: Outcome, attempts: number): void {
     sinkDeliveries.inc([config.name, outcome, a.status === null ? "none" : String(a.status)]);
-    o.record?.({ time: o.clock.now().toISOString(), sink: config.name, status: a.status, outcome, attempts, event: { ...envelope.event } });
+    o.record?.({ time: o.clock.now().toISOString(), sink: config.name, status: a.status, outcome, attempts, event: envelope.event });
   }
 
   return {

@@ -91,12 +91,16 @@ export const AgentSettingsSchema = withMeta(
 );
 export type AgentSettings = z.infer<typeof AgentSettingsSchema>;
 
-// Each setting and what it holds, for the allow-list's paths and the CLI's KEY=VALUE: the keys of a
-// group (heartbeat), a map of names (features), or one value.
-export type SettingShape = { key: string; keys?: readonly string[]; map?: true };
+// Each setting and the schema of each value it holds, for the allow-list's paths and the CLI's KEY=VALUE:
+// a group's fields (heartbeat), a map's values under any name (features), or one value.
+export type SettingShape =
+  | { key: string; kind: "group"; fields: Readonly<Record<string, z.ZodMiniType>> }
+  | { key: string; kind: "map"; value: z.ZodMiniType }
+  | { key: string; kind: "value"; value: z.ZodMiniType };
+const innerOf = (field: z.ZodMiniType) => (field as z.ZodMiniOptional)._zod.def.innerType as z.ZodMiniType;
 export const settingShapes: readonly SettingShape[] = Object.entries(AgentSettingsSchema.shape).map(([key, field]): SettingShape => {
-  const inner = field._zod.def.innerType;
-  if (inner instanceof z.ZodMiniObject) return { key, keys: Object.keys(inner.shape) };
-  if (inner instanceof z.ZodMiniRecord) return { key, map: true };
-  return { key };
+  const inner = innerOf(field);
+  if (inner instanceof z.ZodMiniObject) return { key, kind: "group", fields: Object.fromEntries(Object.entries(inner.shape as Record<string, z.ZodMiniType>).map(([k, f]) => [k, innerOf(f)])) };
+  if (inner instanceof z.ZodMiniRecord) return { key, kind: "map", value: inner._zod.def.valueType as z.ZodMiniType };
+  return { key, kind: "value", value: inner };
 });
