@@ -190,7 +190,17 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
     // (cli/render/objects.ts recheckRoute): here, on a loopback port of its own.
     const relayConfigs = new Map(containerSources.map((cs) => [name(cs), parse(envOf(cs.spec.template.spec.containers[0]!, `ContainerSource ${name(cs)}`).OCM_RELAY_CONFIG ?? "{}") as RelayConfigInput]));
     const rechecks = new Map<string, number>();
-    for (const [source, config] of relayConfigs) if (config.rechecks) rechecks.set(source, await freePort());
+    // Ports picked now and listened on only once the relays start: none may be picked twice.
+    const picked = new Set<number>();
+    const unpickedPort = async (): Promise<number> => {
+      for (;;) {
+        const port = await freePort();
+        if (picked.has(port)) continue;
+        picked.add(port);
+        return port;
+      }
+    };
+    for (const [source, config] of relayConfigs) if (config.rechecks) rechecks.set(source, await unpickedPort());
     const urlOf = (ref: Ref) => {
       if (ref.kind === "Service" && ref.apiVersion === "v1" && rechecks.has(ref.name)) return `http://127.0.0.1:${rechecks.get(ref.name)}/`;
       const url = ref.kind === "Service" && ref.apiVersion.startsWith("serving.knative.dev/") ? functions.get(ref.name) : undefined;
@@ -239,7 +249,7 @@ export async function runDeployed(o: DeployedOptions): Promise<Deployed> {
       } else if ("sinks" in sink) config.sinks = [...config.sinks, ...sink.sinks];
       if (config.rechecks) config.rechecks = { ...config.rechecks, host: "127.0.0.1", port: rechecks.get(name(cs))! };
       // the kubelet probes the pod's address; here a loopback port of its own
-      if (config.heartbeat?.health) config.heartbeat = { ...config.heartbeat, health: { host: "127.0.0.1", port: await freePort() } };
+      if (config.heartbeat?.health) config.heartbeat = { ...config.heartbeat, health: { host: "127.0.0.1", port: await unpickedPort() } };
       start(name(cs), bundleOf(container.image), { ...env, OCM_RELAY_CONFIG: JSON.stringify(config), ...recording(name(cs)), ...("kSink" in sink ? { K_SINK: sink.kSink } : {}) });
     }
 
