@@ -21,12 +21,14 @@ import type { KubeObject } from "./kube/client.ts";
 import { ApiServerSourceType, isFunctionName, PingSourceType, type FunctionEvent, type ObjectEvent, type TickEvent } from "./events.ts";
 import { configError, readEnvSettings, variableOf } from "./env-settings.ts";
 import { ioFromEnv } from "./function-env.ts";
+import { isSettledBy, type SettledClause, type SettledWhen } from "./settled.ts";
 import { classified, serve, type Rechecks, type FunctionSpec, type Io, type Key, type Outcome, type Reply, type Skip } from "./harness.ts";
 
 // What a function file needs besides defineFunction, from the same import.
 export { z };
 export { done, type Io, type Key, type Outcome } from "./harness.ts";
 export type { ObjectEvent, TickEvent } from "./events.ts";
+export type { SettledWhen } from "./settled.ts";
 
 export type KeysOrSkip = Key[] | Skip;
 export type Verb = ObjectEvent["verb"];
@@ -101,8 +103,10 @@ export type Definition<C> = {
   // Whether a root object needs nothing from the function, judged from the object alone. One an add or
   // update event carries (Resource mode), or a resync tick lists, wakes no reconcile when settled: every
   // later change brings its own event, so a stale copy that looks settled skips nothing a newer one
-  // would not show.
-  settled?: (object: KubeObject, io: Io<C>) => boolean;
+  // would not show. Written as data (shared/settled.ts: clauses, any of which settles the object), the
+  // relay that feeds the function runs the same test and does not wake it at all; a function form
+  // is for a test that needs code, and only the woken function runs it.
+  settled?: SettledWhen | ((object: KubeObject, io: Io<C>) => boolean);
   writes?: (config: C) => readonly Grant[];
   reconcile: (io: Io<C>, key: Key) => Promise<Outcome>;
 };
@@ -161,12 +165,15 @@ async function keysOf<C>(d: Definition<C>, event: FunctionEvent, io: Io<C>): Pro
   if (w.keys) return w.keys(event, io);
   if (w.root) {
     // a deletion is never settled: what the object leaves behind may be the function's to clean up
-    if (event.verb !== "delete" && event.object && d.settled?.(event.object as KubeObject, io)) return classified({ skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` }, "settled");
+    if (event.verb !== "delete" && event.object && isSettled(d.settled, event.object as KubeObject, io)) return classified({ skip: `${event.ref.kind} ${event.ref.name} as the event carries it is settled` }, "settled");
     return [{ cluster: event.cluster, namespace: event.ref.namespace, name: event.ref.name }];
   }
   if (d.map) return d.map(event, io);
   return classified({ skip: `${event.ref.kind} is watched but the function maps no keys from it` }, "unmapped");
 }
+
+const isSettled = <C>(settled: Definition<C>["settled"], o: KubeObject, io: Io<C>) =>
+  settled === undefined ? false : typeof settled === "function" ? settled(o, io) : isSettledBy(settled, o);
 
 // A resync: every root object, as controller-runtime's periodic resync re-queues its cache.
 async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: Io<C>, settled?: Definition<C>["settled"]): Promise<KeysOrSkip> {
@@ -175,7 +182,7 @@ async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: I
   const keys: Key[] = [];
   for (const w of roots) {
     const { items } = await io.cluster(w.cluster).list(w.resource, { namespace: w.namespace, labelSelector: w.labelSelector, fieldSelector: w.fieldSelector });
-    const unsettled = settled ? items.filter((o) => !settled(o, io)) : items;
+    const unsettled = settled ? items.filter((o) => !isSettled(settled, o, io)) : items;
     keys.push(...unsettled.map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
   }
   return keys;
@@ -205,7 +212,8 @@ export function subscriptionsOf<C>(watches: readonly Watch<C>[], ticks: boolean)
 }
 
 // What a relay sink hands the function with each event (components/relay/config.ts StateSchema): per
-// watch its scope, its related objects and whether ticks carry its whole scope. Watches with a field
+// watch its scope, its related objects and whether ticks carry its whole scope, and what it need not
+// be sent at all (`changes`, `settled`). Watches with a field
 // selector hand nothing (a cache cannot tell which objects such a selector leaves out).
 export type StateWatch = {
   cluster: string;
@@ -216,8 +224,10 @@ export type StateWatch = {
   related: { group: string; kind: string; name?: string; namespace?: string; labelSelector?: string; required?: boolean; conditional?: boolean }[];
   onTick: boolean;
   changes?: string[];
+  settled?: SettledClause[];
 };
-export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[] } {
+// `settled` is the definition's: in its declarative form it goes on the root watches, for the relay.
+export function stateOf<C>(watches: readonly Watch<C>[], settled?: Definition<C>["settled"]): { watches: StateWatch[] } {
   const watched = (cluster: string, r: ApiResource) => watches.some((w) => w.cluster === cluster && w.resource.group === r.group && w.resource.kind === r.kind);
   return {
     watches: watches
@@ -235,6 +245,7 @@ export function stateOf<C>(watches: readonly Watch<C>[]): { watches: StateWatch[
         }),
         onTick: w.onTick ?? !!w.root,
         ...(w.changes ? { changes: [...w.changes] } : {}),
+        ...(w.root && Array.isArray(settled) ? { settled: [...settled] } : {}),
       })),
   };
 }

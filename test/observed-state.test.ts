@@ -207,6 +207,34 @@ describe("an event a function's watch requires a related object for", () => {
   });
 });
 
+describe("a settled root object, judged by a real relay", () => {
+  it("wakes no cluster-lease-monitor for a cluster never accepted, its add or its updates, and does once HubAccepted is set", async () => {
+    const received: string[] = [];
+    const sink = createServer((req, res) => {
+      received.push(`${String(req.headers["ce-type"])} ${String(req.headers["ce-name"])}`);
+      req.resume();
+      req.on("end", () => res.writeHead(204).end());
+    });
+    await new Promise<void>((r) => sink.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(sink.address() as AddressInfo).port}/`;
+    const relay = startRelay({ ...relayConfigFor(fn, config, { [HUB]: kubeconfig }, url), resync: { intervalMs: 0 }, log: jsonLog("relay", "quiet") });
+    try {
+      await relay.ready;
+      const c = `cluster-${suffix()}`;
+      await admin.create(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
+      await admin.patch(ManagedClusterResource, c, { metadata: { labels: { still: "unaccepted" } } });
+      await eventually(() => expect(relay.status().sources.find((s) => s.name.includes("managedclusters"))!.objects).toBeGreaterThan(0));
+      await new Promise((r) => setTimeout(r, 500));
+      expect(received.filter((e) => e.endsWith(` ${c}`))).toEqual([]);
+      await admin.patch(ManagedClusterResource, c, { status: { conditions: setCondition([], accepted, new Date()) } }, { subresource: "status" });
+      await eventually(() => expect(received).toContain(`dev.knative.apiserver.resource.update ${c}`));
+    } finally {
+      await relay.stop();
+      await new Promise((r) => sink.close(r));
+    }
+  });
+});
+
 describe("a stale view never writes", () => {
   it("a handed lease that was renewed since makes the reconcile re-read instead of marking the cluster Unknown", async () => {
     const c = await seed(400);

@@ -2,10 +2,14 @@
 // objects given here: a related list is handed whole while it fits the budget a function's server can
 // take, and left out past it, so the function reads that list from the API as on any miss; and an
 // update that changed none of the parts its watch looks at is not sent, nor an event about an object
-// outside every scope the function watches.
+// outside every scope the function watches, nor an add or update of a root object its function's
+// declarative settled test holds for.
 import { describe, it, expect } from "vitest";
 import { CloudEvent } from "cloudevents";
-import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, narrows, observedFor, outsideEveryScope, type Cache } from "../components/relay/state.ts";
+import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, narrows, observedFor, outsideEveryScope, settledRoot, type Cache } from "../components/relay/state.ts";
+import { stateOf } from "../shared/sdk.ts";
+import leaseMonitor from "../functions/cluster-lease-monitor/reconcile.ts";
+import addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
 import { ManagedClusterResource, ManagedClusterSetResource } from "../shared/api/cluster.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import type { StateConfig } from "../components/relay/config.ts";
@@ -142,5 +146,36 @@ describe("an object outside every scope its function watches", () => {
     const decision = { metadata: { name: "p-decision-1", namespace: "ns" } };
     expect(outsideEveryScope(ocmDecisions, sig as CloudEvent<unknown>, { current: decision })).toBe(true);
     expect(outsideEveryScope(ocmDecisions, ocm as CloudEvent<unknown>, { current: decision })).toBe(false);
+  });
+});
+
+describe("a root object its function's settled test holds for", () => {
+  // the state the render gives the lease monitor and the add-on label function, from their definitions
+  const stateFor = (fn: typeof leaseMonitor | typeof addonClusterLabel): StateConfig => stateOf(fn.definition.watches({ hubCluster: HUB } as never), fn.definition.settled) as StateConfig;
+  const event = (verb: string, object: KubeObject) =>
+    new CloudEvent({ id: "e4", source: "test", type: `dev.knative.apiserver.resource.${verb}`, cluster: HUB, apiversion: `${group}/v1`, kind: ManagedClusterResource.kind, name: "c1", namespace: "", data: object }) as CloudEvent<unknown>;
+  const created: KubeObject = { metadata: { name: "c1", resourceVersion: "1" }, spec: { hubAcceptsClient: true } };
+  const accepted: KubeObject = { ...created, status: { conditions: [{ type: "HubAcceptedManagedCluster", status: "True" }] } };
+  const available: KubeObject = { ...created, status: { conditions: [{ type: "HubAcceptedManagedCluster", status: "True" }, { type: "ManagedClusterConditionAvailable", status: "Unknown" }] } };
+  const deleting: KubeObject = { ...available, metadata: { ...available.metadata, deletionTimestamp: "2026-12-01T00:00:00Z" } };
+
+  it("is not sent to the lease monitor before the cluster was ever accepted, and is once it was", () => {
+    const state = stateFor(leaseMonitor);
+    expect(settledRoot(state, event("add", created), created)).toBe(true);
+    expect(settledRoot(state, event("update", created), created)).toBe(true);
+    expect(settledRoot(state, event("update", accepted), accepted)).toBe(false);
+  });
+
+  it("is not sent to the add-on label function before Available or while deleting, and is when Available is there", () => {
+    const state = stateFor(addonClusterLabel);
+    expect(settledRoot(state, event("add", accepted), accepted)).toBe(true);
+    expect(settledRoot(state, event("update", deleting), deleting)).toBe(true);
+    expect(settledRoot(state, event("update", available), available)).toBe(false);
+  });
+
+  it("is always sent for a deletion, and never judged for a function without a declarative test", () => {
+    expect(settledRoot(stateFor(leaseMonitor), event("delete", created), created)).toBe(false);
+    const none: StateConfig = { watches: [{ cluster: HUB, group, kind: ManagedClusterResource.kind, related: [], onTick: true }] };
+    expect(settledRoot(none, event("add", created), created)).toBe(false);
   });
 });

@@ -91,7 +91,7 @@ export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?
     sources: mergeWatches(watches).map((source) => ({ ...source, cluster })),
     resync: { intervalMs: resyncMs(fn.ticks, o) },
     // the state the function's watches ask to be handed with each event (shared/observed.ts)
-    kSinkState: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
+    kSinkState: { watches: stateOf(watches, fn.definition.settled).watches.map((w) => ({ ...w, cluster })) },
   };
 }
 
@@ -133,10 +133,10 @@ export function hubSourceConfig(fns: readonly Deployed[], cluster: string, o: { 
   return {
     clusters: { [cluster]: { inCluster: true } },
     sources: mergeWatches(fed.flatMap((x) => x.watches)).map((source) => ({ ...source, cluster })),
-    kSinkTargets: fed.map(({ f, watches }) => ({
+    kSinkTargets: fed.map(({ f, fn, watches }) => ({
       name: f.name,
       filters: f.deploy.subscriptions.map((s) => s.filters),
-      state: { watches: stateOf(watches).watches.map((w) => ({ ...w, cluster })) },
+      state: { watches: stateOf(watches, fn.definition.settled).watches.map((w) => ({ ...w, cluster })) },
     })),
     resync: { intervalMs: resyncMs(fed.some((x) => x.fn.ticks), o) },
     rechecks: { port: RECHECKS_PORT },

@@ -59,6 +59,7 @@ export type SourceConfig = z.infer<typeof SourceSchema>;
 const TriggerFilterSchema = z.record(extensionName, z.string());
 // Observed state to hand a function with each event (components/relay/state.ts, shared/observed.ts):
 // shared/sdk.ts stateOf derives it from the function's watches.
+const dottedPath = z.string().check(z.regex(/^[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$/));
 const RelatedSchema = z.object({
   group: z.string(),
   kind: name,
@@ -78,7 +79,9 @@ export const StateSchema = z.object({
       labelSelector: z.optional(z.string()),
       related: z._default(z.array(RelatedSchema), []),
       onTick: z._default(z.boolean(), false),
-      changes: z.optional(z.array(z.string().check(z.regex(/^[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$/))).check(z.minLength(1))),
+      changes: z.optional(z.array(dottedPath).check(z.minLength(1))),
+      // the root kind's settled test (shared/settled.ts): an add or update it holds for is not sent
+      settled: z.optional(z.array(z.union([z.strictObject({ has: dottedPath }), z.strictObject({ lacksCondition: z.string().check(z.minLength(1)) })])).check(z.minLength(1))),
     }),
   ),
 });

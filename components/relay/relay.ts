@@ -15,7 +15,7 @@ import { openRecorder } from "./recorder.ts";
 import { startSink, type Envelope, type SinkStatus } from "./sinks.ts";
 import { objectKey, startSource, type Source, type SourceStatus } from "./source.ts";
 import { realEvery, startResync, type Every, type ResyncStatus } from "./resync.ts";
-import { changedNothingWatched, observedFor, outsideEveryScope, withObserved, type Cache } from "./state.ts";
+import { changedNothingWatched, observedFor, outsideEveryScope, settledRoot, withObserved, type Cache } from "./state.ts";
 import { startRechecks } from "./rechecks.ts";
 import { startHeartbeat, type Heartbeat, type HeartbeatStatus } from "./heartbeat/sidecar.ts";
 import type { CloudEventServer } from "../../shared/cloudevents-server.ts";
@@ -48,7 +48,7 @@ export type Relay = {
 };
 
 // Changes the relay's watches saw, per source and verb (docs/metrics.md).
-const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required), the object is outside every scope its function watches, or an update changed nothing its watch looks at (Watch.changes)", ["sink"]);
+const unrelated = metrics.counter("ocmf_relay_events_unrelated_total", "Events a sink did not send because a related object its function requires is not there (shared/sdk.ts Related.required), the object is outside every scope its function watches, an update changed nothing its watch looks at (Watch.changes), or the root object is settled (Definition.settled)", ["sink"]);
 const changes = metrics.counter("ocmf_relay_changes_total", "Object changes seen by a source's watch, by verb (add, update, delete)", ["source", "verb"]);
 
 export function startRelay(options: RelayOptions): Relay {
@@ -64,10 +64,11 @@ export function startRelay(options: RelayOptions): Relay {
   const caches = new Map<string, Cache>();
   // An event a related object the watch requires says is not for the function is not sent at all, nor
   // is one about an object outside the function's scopes, nor an update that changed nothing the watch
-  // looks at (its `changes`).
+  // looks at (its `changes`), nor an add or update of a root object its settled test holds for.
   const withState = (state: StateConfig, envelope: Envelope, change?: { previous?: KubeObject; current: KubeObject }): Envelope | undefined => {
     if (change && outsideEveryScope(state, envelope.event, change)) return undefined;
     if (change?.previous && changedNothingWatched(state, envelope.event, { previous: change.previous, current: change.current })) return undefined;
+    if (change && settledRoot(state, envelope.event, change.current)) return undefined;
     const hand = (event: CloudEvent) => {
       const observed = observedFor(state, (cluster, group, kind) => caches.get(`${cluster}|${group}|${kind}`), event);
       return observed === "unrelated" ? undefined : observed ? withObserved(event, observed) : event;

@@ -10,6 +10,7 @@ import { PingSourceType, StateExtension } from "../../shared/events.ts";
 import type { KubeObject } from "../../shared/kube/client.ts";
 import { labelSelectorObject, matches } from "../../shared/label-match.ts";
 import type { HandedList, HandedObject, Observed } from "../../shared/observed.ts";
+import { at, isSettledBy } from "../../shared/settled.ts";
 import { apiVersionOf, withAttributes, withTypeMeta, type CloudEvent } from "./cloudevents.ts";
 import type { StateConfig } from "./config.ts";
 
@@ -204,11 +205,14 @@ export function changedNothingWatched(state: StateConfig, event: CloudEvent, cha
   return watch.changes.every((path) => isDeepStrictEqual(at(previous, path), at(current, path)));
 }
 
-// The value at a dotted path ("metadata.labels"), undefined where any step is missing.
-function at(o: unknown, path: string): unknown {
-  let v = o;
-  for (const step of path.split(".")) v = v && typeof v === "object" ? (v as Record<string, unknown>)[step] : undefined;
-  return v;
+// An add or update of the function's root object that the object, as the source holds it now, shows
+// settled (shared/sdk.ts Definition.settled in its declarative form): the function would only skip it.
+// A deletion is never settled: what the object leaves behind may be the function's to clean up.
+export function settledRoot(state: StateConfig, event: CloudEvent, current: KubeObject): boolean {
+  if (event.type.endsWith(".delete")) return false;
+  const attrs = event as unknown as Record<string, unknown>;
+  const watch = watchOf(state, String(attrs.cluster ?? ""), attrs, current);
+  return !!watch?.settled && isSettledBy(watch.settled, current);
 }
 
 // The event with its observed state: our extension set and the data wrapped as shared/events.ts reads it.

@@ -22,7 +22,7 @@ import { definitionOf } from "../../cli/render/definitions.ts";
 import { functionEnv } from "../../cli/render/objects.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { mergeWatches } from "../../cli/render/sources.ts";
-import { stateOf, type Watch } from "../../shared/sdk.ts";
+import { stateOf, type StateWatch, type Watch } from "../../shared/sdk.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
@@ -92,7 +92,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
   // Returns the relay sink for it: named "<cluster>/<function>", filtered by its func.yaml subscriptions
   // as Knative's Triggers filter what a Broker delivers.
   // The sink hands the function the observed state its watches ask for (shared/observed.ts).
-  async function serveFunction<C>(cluster: string, spec: FunctionSpec<C>, kubeconfigs: Record<string, string>, config: C, watches: readonly Watch<C>[]) {
+  async function serveFunction<C>(cluster: string, spec: FunctionSpec<C>, kubeconfigs: Record<string, string>, config: C, state: { watches: StateWatch[] }) {
     const io: Io<C> = { clock, config, log: log(spec.name), cluster: clientsFromKubeconfigs(kubeconfigs) };
     const server = await startFunction(spec, io, stop);
     servers.push(server);
@@ -100,7 +100,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
     functions.set(name, server.url);
     const filters = subscriptions.get(spec.name);
     if (!filters) throw new Error(`no functions/${spec.name}/func.yaml`);
-    return { name, url: server.url, filters, state: stateOf(watches) };
+    return { name, url: server.url, filters, state };
   }
   // Every function of a side, with its settings as a deployment reads them: func.yaml's env, with
   // what this fleet sets in place of its placeholders and defaults.
@@ -114,7 +114,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         const config = fn.configFromEnv({ ...env, ...values });
         return {
           name: f.name,
-          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config, fn.definition.watches(config)),
+          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config, stateOf(fn.definition.watches(config), fn.definition.settled)),
           watches: fn.definition.watches(config) as readonly Watch<unknown>[],
         };
       });

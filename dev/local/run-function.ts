@@ -43,7 +43,7 @@ export function relayConfigFor<C>(fn: MultiClusterFunction<C>, config: C, kubeco
     })),
     // the subscriptions' filters too: the relay delivers only what a Broker's Triggers would
     // and the observed state the watches ask for (shared/observed.ts)
-    sinks: [{ name: fn.definition.name, url: sinkUrl, filters: fn.subscriptions(config).map((s) => s.filters), state: stateOf(watches) }],
+    sinks: [{ name: fn.definition.name, url: sinkUrl, filters: fn.subscriptions(config).map((s) => s.filters), state: stateOf(watches, fn.definition.settled) }],
     resync: { intervalMs: fn.ticks ? (fn.definition.resyncSeconds || 60) * 1000 : 0 },
   };
 }

@@ -6,7 +6,7 @@ import { done, type Io, type Key, type Outcome } from "../../shared/harness.ts";
 import { liveCluster } from "../../shared/live-cluster.ts";
 import { defineFunction } from "../../shared/sdk.ts";
 import { findCondition } from "../../shared/conditions.ts";
-import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluster } from "../../shared/api/cluster.ts";
+import { ManagedClusterConditionType, ManagedClusterResource } from "../../shared/api/cluster.ts";
 import {
   AddOnConditionType,
   AddOnFeatureLabelPrefix,
@@ -33,8 +33,9 @@ export default defineFunction({
     },
   ],
   resyncSeconds: 60,
-  // a cluster deleting, or not yet Available, has no labels to change (see reconcile)
-  settled: (c) => !!c.metadata.deletionTimestamp || !findCondition((c as ManagedCluster).status?.conditions, ManagedClusterConditionType.Available),
+  // a cluster deleting, or not yet Available, has no labels to change (see reconcile); as data, so the
+  // relay does not wake the function for one
+  settled: [{ has: "metadata.deletionTimestamp" }, { lacksCondition: ManagedClusterConditionType.Available }],
   // The addon-cluster-label function (functions/addon-cluster-label) on the hub: reads add-ons and patches
   // the feature.open-cluster-management.io/addon-<a> labels of their ManagedCluster.
   writes: (c) => [

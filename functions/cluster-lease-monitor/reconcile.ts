@@ -51,7 +51,8 @@ export default defineFunction({
   ],
   resyncSeconds: 60,
   resync,
-  settled: (c) => !wasEverAccepted(c as ManagedCluster), // nothing to judge before acceptance
+  // nothing to judge before acceptance (wasEverAccepted); as data, so the relay does not wake it for that
+  settled: [{ lacksCondition: ManagedClusterConditionType.HubAccepted }],
   // The cluster-lease-monitor function (functions/cluster-lease-monitor) on the hub.
   //
   // Leases are read and created cluster-wide: each cluster's lease lives in its own namespace <c>, and
