@@ -7,7 +7,7 @@
 //      cache, as kubelet counts it), Knative's own pods and the hub functions' apart
 //   3. event-to-reconcile: an accepted ManagedCluster created until cluster-acceptor has set
 //      HubAccepted=True, from zero (cluster-acceptor with no pod left; SERVING_COLD_SAMPLES, 5) and
-//      warm (its pod up; SERVING_WARM_SAMPLES, 20)
+//      warm (its pod up; SERVING_WARM_SAMPLES, 20), with where the time went (Stages)
 //   4. with N joined clusters (SERVING_SIZES, 20,200; simulated spokes as in the hub-cost bench, real
 //      identities auto-approved, 60 s leases): the time until all are joined and Available, then
 //      pods per function and memory while the fleet only renews its leases. The clusters of phase 3
@@ -99,17 +99,57 @@ function memory(env: EventingHub, pods: Pod[]): { knative: number; functions: Ma
   return { knative, functions, other };
 }
 
+// Where one sample's time went, in ms after the ManagedCluster's create was sent: the Broker delivered
+// the acceptor's event (to the harness's recorder, whose Trigger takes every event; the acceptor's own
+// Trigger fires beside it), and, from zero, the first acceptor pod was seen, got its address, had every
+// container running, was Ready. Seen through a watch, so each is when the API server told us.
+type Stages = { broker?: number; pod?: number; address?: number; running?: number; ready?: number };
+const STAGES = ["broker", "pod", "address", "running", "ready"] as const;
+type PodStatus = { podIP?: string; containerStatuses?: { state?: { running?: unknown } }[]; conditions?: { type: string; status: string }[] };
+
+async function watchAcceptorPods(env: EventingHub, t0: number, stages: Stages): Promise<() => void> {
+  const selector = "serving.knative.dev/service=cluster-acceptor";
+  const { resourceVersion } = await env.hubAdmin.list(PodResource, { namespace: env.namespace, labelSelector: selector });
+  const w = env.hubAdmin.watch(PodResource, { namespace: env.namespace, labelSelector: selector, resourceVersion }, (e) => {
+    if (e.type !== "ADDED" && e.type !== "MODIFIED") return;
+    const at = Date.now() - t0;
+    const status = (e.object as { status?: PodStatus }).status;
+    stages.pod ??= at;
+    if (status?.podIP) stages.address ??= at;
+    if (status?.containerStatuses?.length && status.containerStatuses.every((c) => c.state?.running)) stages.running ??= at;
+    if (status?.conditions?.some((c) => c.type === "Ready" && c.status === "True")) stages.ready ??= at;
+  });
+  return () => w.stop();
+}
+
 // undefined when the cluster was not HubAccepted within 120 s (counted apart, not as a latency)
-async function acceptLatency(env: EventingHub, name: string): Promise<number | undefined> {
-  const t0 = performance.now();
+async function acceptLatency(env: EventingHub, name: string, stages?: Stages[], fromZero = false): Promise<number | undefined> {
+  const seen: Stages = {};
+  const t0 = Date.now();
+  const stopWatch = fromZero ? await watchAcceptorPods(env, t0, seen) : () => {};
+  const start = performance.now();
   await env.hubAdmin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
   try {
     await until(`${name} HubAccepted`, 120_000, async () => isTrue((await env.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"));
   } catch {
     return undefined;
+  } finally {
+    stopWatch();
   }
-  return performance.now() - t0;
+  const took = performance.now() - start;
+  if (stages) {
+    const delivered = env.deliveries.find((d) => d.event.name === name && d.event.ocmftarget === "cluster-acceptor");
+    if (delivered) seen.broker = Date.parse(delivered.time) - t0;
+    stages.push(seen);
+  }
+  return took;
 }
+
+// p50 of each stage over the samples that saw it
+const stagesSummary = (samples: Stages[]) =>
+  STAGES.filter((k) => samples.some((s) => s[k] !== undefined))
+    .map((k) => `${k} ${ms(percentile(samples.flatMap((s) => (s[k] === undefined ? [] : [s[k]!])), 50))}`)
+    .join(", ");
 
 const summary = (samples: (number | undefined)[]) => {
   const got = samples.filter((x): x is number => x !== undefined);
@@ -140,20 +180,24 @@ export const serving = {
       figures["idle, quiet: the hub's relays (Broker source, lease monitor's)"] = mib(idle.other);
 
       const cold: (number | undefined)[] = [];
+      const coldStages: Stages[] = [];
       for (let i = 0; i < COLD; i++) {
         await until("cluster-acceptor at zero", 300_000, async () => !(await livePods(env)).some((p) => fnOf(p) === "cluster-acceptor"), 500);
-        cold.push(await acceptLatency(env, `cold-${i}`));
+        cold.push(await acceptLatency(env, `cold-${i}`, coldStages, true));
       }
       figures["event-to-reconcile from zero (HubAccepted)"] = summary(cold);
+      figures["from zero, p50 ms after the create: Broker delivered, acceptor pod seen, addressed, running, Ready"] = stagesSummary(coldStages);
       const warm: (number | undefined)[] = [];
       let acceptorPods = 0;
       const awake = memory(env, await livePods(env));
       for (const [fn, ws] of awake.functions) figures[`awake: memory of ${fn}'s pod`] = mib(ws);
+      const warmStages: Stages[] = [];
       for (let i = 0; i < WARM; i++) {
-        warm.push(await acceptLatency(env, `warm-${i}`));
+        warm.push(await acceptLatency(env, `warm-${i}`, warmStages));
         acceptorPods = Math.max(acceptorPods, (await livePods(env)).filter((p) => fnOf(p) === "cluster-acceptor").length);
       }
       figures["event-to-reconcile warm (HubAccepted)"] = summary(warm);
+      figures["warm, p50 ms after the create: Broker delivered"] = stagesSummary(warmStages);
       figures["most cluster-acceptor pods during the warm samples"] = acceptorPods;
 
       let joined = 0;
