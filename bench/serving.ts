@@ -103,8 +103,8 @@ function memory(env: EventingHub, pods: Pod[]): { knative: number; functions: Ma
 // the acceptor's event (to the harness's recorder, whose Trigger takes every event; the acceptor's own
 // Trigger fires beside it), and, from zero, the first acceptor pod was seen, got its address, had every
 // container running, was Ready. Seen through a watch, so each is when the API server told us.
-type Stages = { broker?: number; pod?: number; address?: number; running?: number; ready?: number };
 const STAGES = ["broker", "pod", "address", "running", "ready"] as const;
+type Stages = Partial<Record<(typeof STAGES)[number], number>>;
 type PodStatus = { podIP?: string; containerStatuses?: { state?: { running?: unknown } }[]; conditions?: { type: string; status: string }[] };
 
 async function watchAcceptorPods(env: EventingHub, t0: number, stages: Stages): Promise<() => void> {

@@ -122,6 +122,8 @@ export type MultiClusterFunction<C> = {
   handler: (env?: NodeJS.ProcessEnv) => (context: unknown, cloudevent?: unknown) => Promise<Reply>;
   // func.yaml's deploy.subscriptions: what a Broker's Triggers must let through to this function.
   subscriptions: (config: C) => Subscription[];
+  // What a relay sink hands it and need not send it (stateOf of its watches and its settled test).
+  state: (config: C) => { watches: StateWatch[] };
   ticks: boolean; // whether resync ticks wake it
 };
 
@@ -149,7 +151,7 @@ export function defineFunction<C>(d: Definition<C>): MultiClusterFunction<C> {
     return serve(spec, () => io, rechecksFrom(d.name, env));
   };
   const ticks = !!d.resyncSeconds || d.resync !== undefined;
-  return { definition: d, spec, configFromEnv, handler, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks) };
+  return { definition: d, spec, configFromEnv, handler, ticks, subscriptions: (config) => subscriptionsOf(d.watches(config), ticks), state: (config) => stateOf(d.watches(config), d.settled) };
 }
 
 export const isKindOf = (r: ApiResource, ref: { apiVersion: string; kind: string }) =>
@@ -182,8 +184,7 @@ async function listRoots<C>(watches: readonly Watch<C>[], tick: TickEvent, io: I
   const keys: Key[] = [];
   for (const w of roots) {
     const { items } = await io.cluster(w.cluster).list(w.resource, { namespace: w.namespace, labelSelector: w.labelSelector, fieldSelector: w.fieldSelector });
-    const unsettled = settled ? items.filter((o) => !isSettled(settled, o, io)) : items;
-    keys.push(...unsettled.map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
+    keys.push(...items.filter((o) => !isSettled(settled, o, io)).map((o) => ({ cluster: w.cluster, namespace: o.metadata.namespace, name: o.metadata.name! })));
   }
   return keys;
 }

@@ -7,7 +7,6 @@
 import { describe, it, expect } from "vitest";
 import { CloudEvent } from "cloudevents";
 import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, narrows, observedFor, outsideEveryScope, settledRoot, type Cache } from "../components/relay/state.ts";
-import { stateOf } from "../shared/sdk.ts";
 import leaseMonitor from "../functions/cluster-lease-monitor/reconcile.ts";
 import addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
 import { ManagedClusterResource, ManagedClusterSetResource } from "../shared/api/cluster.ts";
@@ -151,7 +150,7 @@ describe("an object outside every scope its function watches", () => {
 
 describe("a root object its function's settled test holds for", () => {
   // the state the render gives the lease monitor and the add-on label function, from their definitions
-  const stateFor = (fn: typeof leaseMonitor | typeof addonClusterLabel): StateConfig => stateOf(fn.definition.watches({ hubCluster: HUB } as never), fn.definition.settled) as StateConfig;
+  const stateFor = (fn: typeof leaseMonitor | typeof addonClusterLabel): StateConfig => fn.state({ hubCluster: HUB } as never) as StateConfig;
   const event = (verb: string, object: KubeObject) =>
     new CloudEvent({ id: "e4", source: "test", type: `dev.knative.apiserver.resource.${verb}`, cluster: HUB, apiversion: `${group}/v1`, kind: ManagedClusterResource.kind, name: "c1", namespace: "", data: object }) as CloudEvent<unknown>;
   const created: KubeObject = { metadata: { name: "c1", resourceVersion: "1" }, spec: { hubAcceptsClient: true } };

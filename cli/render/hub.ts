@@ -7,7 +7,7 @@ import { isRelayFed, readFunctions, type FunctionDeployment } from "./func-yaml.
 import { watchesOf } from "./definitions.ts";
 import { deployedRoles } from "./rbac.ts";
 import { mergeWatches } from "./sources.ts";
-import { stateOf, watchRules } from "../../shared/sdk.ts";
+import { watchRules } from "../../shared/sdk.ts";
 import { InventoryGroup } from "../../shared/api/inventory.ts";
 import type { RelayConfigInput } from "../../components/relay/config.ts";
 import {
@@ -85,13 +85,13 @@ export function localHubRelayRole(cluster = "hub"): Manifest {
 // The relay's configuration for one relay-fed function: the function's watches on the hub, named as its
 // events must name the cluster, ticks only if it subscribes to them; K_SINK (the function) is injected.
 export function hubRelayConfig(f: Deployed, cluster: string, o: { resyncSeconds?: number } = {}): RelayConfigInput {
-  const { fn, watches } = watchesOf(f.name, f.env);
+  const { fn, config, watches } = watchesOf(f.name, f.env);
   return {
     clusters: { [cluster]: { inCluster: true } },
     sources: mergeWatches(watches).map((source) => ({ ...source, cluster })),
     resync: { intervalMs: resyncMs(fn.ticks, o) },
     // the state the function's watches ask to be handed with each event (shared/observed.ts)
-    kSinkState: { watches: stateOf(watches, fn.definition.settled).watches.map((w) => ({ ...w, cluster })) },
+    kSinkState: { watches: fn.state(config).watches.map((w) => ({ ...w, cluster })) },
   };
 }
 
@@ -133,10 +133,10 @@ export function hubSourceConfig(fns: readonly Deployed[], cluster: string, o: { 
   return {
     clusters: { [cluster]: { inCluster: true } },
     sources: mergeWatches(fed.flatMap((x) => x.watches)).map((source) => ({ ...source, cluster })),
-    kSinkTargets: fed.map(({ f, fn, watches }) => ({
+    kSinkTargets: fed.map(({ f, fn, config }) => ({
       name: f.name,
       filters: f.deploy.subscriptions.map((s) => s.filters),
-      state: { watches: stateOf(watches, fn.definition.settled).watches.map((w) => ({ ...w, cluster })) },
+      state: { watches: fn.state(config).watches.map((w) => ({ ...w, cluster })) },
     })),
     resync: { intervalMs: resyncMs(fed.some((x) => x.fn.ticks), o) },
     rechecks: { port: RECHECKS_PORT },

@@ -22,7 +22,7 @@ import { definitionOf } from "../../cli/render/definitions.ts";
 import { functionEnv } from "../../cli/render/objects.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 import { mergeWatches } from "../../cli/render/sources.ts";
-import { stateOf, type StateWatch, type Watch } from "../../shared/sdk.ts";
+import type { StateWatch, Watch } from "../../shared/sdk.ts";
 import { createNodes } from "./nodes.ts";
 import { startHelloworldAgent } from "./helloworld-agent.ts";
 const manifests = join(import.meta.dirname, "..", "..", "manifests");
@@ -114,7 +114,7 @@ export async function startFleet(o: FleetOptions): Promise<Fleet> {
         const config = fn.configFromEnv({ ...env, ...values });
         return {
           name: f.name,
-          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config, stateOf(fn.definition.watches(config), fn.definition.settled)),
+          serve: (cluster: string, kubeconfigs: Record<string, string>) => serveFunction(cluster, fn.spec, kubeconfigs, config, fn.state(config)),
           watches: fn.definition.watches(config) as readonly Watch<unknown>[],
         };
       });

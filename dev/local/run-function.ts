@@ -7,7 +7,7 @@ import type { Clock } from "../../shared/clock.ts";
 import { systemClock } from "../../shared/clock.ts";
 import { jsonLog, type Io, type Log } from "../../shared/harness.ts";
 import { clientsFromKubeconfigs } from "../../shared/kube/clients.ts";
-import { stateOf, type MultiClusterFunction } from "../../shared/sdk.ts";
+import type { MultiClusterFunction } from "../../shared/sdk.ts";
 import { startFunction, type FunctionServer } from "./functions.ts";
 
 export type RunOptions<C> = {
@@ -43,7 +43,7 @@ export function relayConfigFor<C>(fn: MultiClusterFunction<C>, config: C, kubeco
     })),
     // the subscriptions' filters too: the relay delivers only what a Broker's Triggers would
     // and the observed state the watches ask for (shared/observed.ts)
-    sinks: [{ name: fn.definition.name, url: sinkUrl, filters: fn.subscriptions(config).map((s) => s.filters), state: stateOf(watches, fn.definition.settled) }],
+    sinks: [{ name: fn.definition.name, url: sinkUrl, filters: fn.subscriptions(config).map((s) => s.filters), state: fn.state(config) }],
     resync: { intervalMs: fn.ticks ? (fn.definition.resyncSeconds || 60) * 1000 : 0 },
   };
 }
