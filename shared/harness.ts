@@ -19,10 +19,10 @@
 import type { Clock } from "./clock.ts";
 import { randomUUID } from "node:crypto";
 import { dataOf, MAX_RECHECK_MS, parseEvent, problemOf, RecheckDueSchema, RecheckDueType, RecheckType, TargetExtension, type FunctionEvent, type TickEvent } from "./events.ts";
-import { classifyError, decisionOf, missingPermission, type Decision, type MissingPermission } from "./kube/errors.ts";
+import { classifyError, decisionOf, missingPermission, StaleStateError, type Decision, type MissingPermission } from "./kube/errors.ts";
 import type { KubeClient } from "./kube/client.ts";
 import { metrics, RECONCILE_TIME_BUCKETS } from "./metrics.ts";
-import { noteHanded, observedClients, type Observed, type Seen } from "./observed.ts";
+import { afterStale, noteHanded, observedClients, type Answered, type Observed, type Seen } from "./observed.ts";
 
 export type Key = { cluster: string; namespace?: string; name: string };
 export type Outcome = { done: true } | { recheckInMs: number };
@@ -132,17 +132,23 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
 // version); anything else is decided at its first throw. The authorizer's refusal is never waited out
 // in the request: a grant on its way wakes the function by an event of its own (an agent's, through
 // shared/hub-credentials.ts withAgentHub), and any other refusal is a permission missing. A run
-// judged from handed state (shared/observed.ts) is tried again with `live` clients: after a
-// conflict, only the API's answer counts.
+// judged from handed state (shared/observed.ts) that was found changed is judged again from the rest
+// of it and what the confirming reads found (afterStale); after a write's own conflict, only the API's
+// answer counts: the next try has `live` clients.
 async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live: Io<C> = first): Promise<Result> {
   let conflicts = 0;
-  for (let io = first; ; io = live) {
+  for (let io = first; ; ) {
     try {
       return { outcome: await spec.reconcile(io, key) };
     } catch (err) {
-      const failures = membersOf(err).map(judged);
+      const members = membersOf(err);
+      const failures = members.map(judged);
       if (failures.every((f) => f.class === "conflict") && ++conflicts < CONFLICT_RETRIES) {
         io.log.info({ attempt: conflicts, error: failures[0]?.message }, "conflict: re-reading and trying again");
+        // a stale judgement: the same error for every write it refused
+        const stale = members.every((e) => e === members[0]) && members[0] instanceof StaleStateError ? members[0] : undefined;
+        const again = stale && rejudges.get(io);
+        io = again ? (again(stale) as Io<C>) : live;
         continue;
       }
       return { failures };
@@ -209,9 +215,16 @@ function seenOf(io: object): Seen {
   return seen;
 }
 
-// An io whose clients answer from the handed state first (shared/observed.ts).
-function judgingFrom<C>(spec: FunctionSpec<C>, io: Io<C>, observed: Observed, seen: Seen): Io<C> {
-  return { ...io, cluster: observedClients(spec.name, io.cluster, observed, seen).cluster };
+// An io whose clients answer from the handed state first (shared/observed.ts), and how it is made
+// again without the kinds a stale judgement found changed.
+const rejudges = new WeakMap<object, (stale: StaleStateError) => Io<unknown>>();
+function judgingFrom<C>(spec: FunctionSpec<C>, io: Io<C>, observed: Observed, seen: Seen, known?: Answered): Io<C> {
+  const judging: Io<C> = { ...io, cluster: observedClients(spec.name, io.cluster, observed, seen, known).cluster };
+  rejudges.set(judging, (stale) => {
+    const next = afterStale(observed, stale);
+    return judgingFrom(spec, io, next.observed, seen, next.known) as Io<unknown>;
+  });
+  return judging;
 }
 
 // Which HTTP status a decision becomes. Never the Kubernetes code itself: a leaked 404 or 409 would

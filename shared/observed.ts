@@ -8,14 +8,16 @@
 //   earlier event, a read or a write's answer) is not used; the API is read instead;
 // - a reconcile that writes confirms first: before a write, every handed object and list it used
 //   since its last write is read again and compared whole, content and resourceVersion, and a
-//   difference throws a conflict (409) that the runtime retries with live reads only. A reconcile that
-//   writes nothing reads nothing. Whole, because whoever can reach a function's endpoint (a pod beside
-//   it, a Broker's ingress) can post an event that hands a real object's name and resourceVersion with
-//   content of its own: a write conditioned on that resourceVersion alone would pass the API server's
-//   check while judged from the forgery (docs/security.md, "Handed state");
+//   difference throws a conflict (409, StaleStateError) that the runtime retries with what was handed
+//   of the other kinds and what the confirming reads answered (afterStale): those answers are the API
+//   server's own, so they are not read a third time. A reconcile that writes nothing reads nothing. Whole, because
+//   whoever can reach a function's endpoint (a pod beside it, a Broker's ingress) can post an event
+//   that hands a real object's name and resourceVersion with content of its own: a write conditioned
+//   on that resourceVersion alone would pass the API server's check while judged from the forgery
+//   (docs/security.md, "Handed state");
 // - a write to an object drops that kind's handed state: what comes after reads what is stored.
 import type { ApiResource } from "./api/resource.ts";
-import { KubeError } from "./kube/errors.ts";
+import { StaleStateError } from "./kube/errors.ts";
 import { groupOf } from "./api/resource.ts";
 import { metrics } from "./metrics.ts";
 import type { KubeClient, KubeObject, ListOptions } from "./kube/client.ts";
@@ -32,6 +34,8 @@ export type HandedList = { cluster: string; apiVersion: string; kind: string; na
 export type Observed = { objects: HandedObject[]; lists: HandedList[] };
 
 const kindId = (cluster: string, group: string, kind: string) => `${cluster}|${group}|${kind}`;
+// the kind of an answered object's key, "<cluster>|<group>|<kind>|<namespace>|<name>"
+const kindOfKey = (key: string) => key.split("|").slice(0, 3).join("|");
 const objectId = (kind: string, namespace: string | undefined, name: string) => `${kind}|${namespace ?? ""}|${name}`;
 const seenId = (cluster: string, kind: string, o: KubeObject) => `${cluster}|${objectId(kind, o.metadata.namespace, o.metadata.name!)}`;
 
@@ -68,8 +72,12 @@ const observedReads = metrics.counter("ocmf_observed_reads_total", "Reads a func
 
 export type ObservedClients = { cluster(name: string): KubeClient };
 
+// What the API server answered an earlier try's confirming reads, by "<cluster>|<group>|<kind>|<namespace>|<name>"
+// (null: absent): a judgement again after a stale one starts from them, and they are not confirmed.
+export type Answered = ReadonlyMap<string, KubeObject | null>;
+
 // Clients for one reconcile: `live(cluster)` is the function's own, `observed` what the event handed.
-export function observedClients(fn: string, live: (cluster: string) => KubeClient, observed: Observed, seen: Seen): ObservedClients {
+export function observedClients(fn: string, live: (cluster: string) => KubeClient, observed: Observed, seen: Seen, known: Answered = new Map()): ObservedClients {
   const objects = new Map<string, Map<string, HandedObject>>();
   for (const h of observed.objects) mapOf(objects, kindId(h.cluster, groupOf(h.apiVersion), h.kind)).set(objectId(h.kind, h.namespace, h.name), h);
   const lists = new Map<string, HandedList[]>();
@@ -78,7 +86,10 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     lists.set(id, [...(lists.get(id) ?? []), l]);
   }
   const dropped = new Set<string>(); // kinds written to: their handed state no longer counts
+  // `confirm` reads it again and says whether it is the same as handed; an object's answer is kept for
+  // a next judgement (`answered`), a list's is not (its kind is read again then)
   const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
+  const answered = new Map(known);
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
   const clients = new Map<string, KubeClient>();
 
@@ -112,13 +123,18 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     confirming = confirming.then(confirmNow);
     return confirming;
   }
+  // The reads go at once: a write waits for the slowest of them, not for their sum.
   async function confirmNow(): Promise<void> {
-    const stale: string[] = [];
-    for (const u of used.slice(confirmedUpTo, (confirmedUpTo = used.length))) {
-      observedReads.inc([fn, "confirm"]);
-      if (!(await u.confirm(live(u.cluster)))) stale.push(u.id);
+    const pending = used.slice(confirmedUpTo, (confirmedUpTo = used.length));
+    observedReads.inc([fn, "confirm"], pending.length);
+    const same = await Promise.all(pending.map((u) => u.confirm(live(u.cluster))));
+    const stale = pending.filter((_, i) => !same[i]);
+    if (stale.length) {
+      // with the kinds written before it: their handed state, and what was answered of them, went with the write
+      const kinds = [...new Set([...stale.map((u) => kindId(u.cluster, u.r.group, u.r.kind)), ...dropped])];
+      const kept = new Map([...answered].filter(([key]) => !dropped.has(kindOfKey(key))));
+      throw new StaleStateError(`the state handed with the event has changed since (${stale.map((u) => u.id).join(", ")}): judging again with what the API server holds`, kinds, kept);
     }
-    if (stale.length) throw new KubeError(409, "Conflict", `the state handed with the event has changed since (${stale.join(", ")}): judging again from the API`);
   }
 
   function clientFor(cluster: string): KubeClient {
@@ -126,6 +142,14 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     const note = (o: KubeObject | undefined, kind: string) => noteSeen(seen, cluster, kind, o);
     const fresh = (o: KubeObject, kind: string) => !olderThan(o.metadata.resourceVersion, seen.get(seenId(cluster, kind, o)));
     const get = async <T extends KubeObject>(r: ApiResource, name: string, namespace?: string): Promise<T | undefined> => {
+      const key = `${cluster}|${r.group}|${objectId(r.kind, namespace, name)}`;
+      const confirmed = dropped.has(kindId(cluster, r.group, r.kind)) ? undefined : answered.get(key);
+      if (confirmed !== undefined && (confirmed === null || fresh(confirmed, r.kind))) {
+        // the API server's answer to an earlier try's confirming read
+        observedReads.inc([fn, "handed"]);
+        if (confirmed) note(confirmed, r.kind);
+        return (confirmed ? structuredClone(confirmed) : undefined) as T | undefined;
+      }
       const found = lookup(cluster, r, name, namespace);
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
@@ -133,7 +157,17 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         // handed absent and conditional: the function only creates it, and the API server answers that;
         // present, its content is what a write carries, so it is confirmed whole like any other
         if (found !== null || !objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
-          used.push({ id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`, cluster, r, confirm: async (c) => sameObject(await c.get(r, name, namespace), found ?? undefined) });
+          used.push({
+            id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`,
+            cluster,
+            r,
+            confirm: async (c) => {
+              const now = await c.get(r, name, namespace);
+              answered.set(key, now ?? null);
+              note(now, r.kind);
+              return sameObject(now, found ?? undefined);
+            },
+          });
         return (found ? structuredClone(found) : undefined) as T | undefined;
       }
       observedReads.inc([fn, found ? "stale" : "api"]);
@@ -182,8 +216,10 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
           return async (method: string, ...rest: unknown[]) => {
             if (method !== "GET") {
               await confirmBeforeWrite();
+              for (const id of [...objects.keys(), ...lists.keys()]) dropped.add(id);
               objects.clear();
               lists.clear();
+              answered.clear();
             }
             return (target.request as (m: string, ...r: unknown[]) => Promise<unknown>)(method, ...rest);
           };
@@ -201,6 +237,15 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       return c;
     },
   };
+}
+
+// The next judgement after a stale one: the handed state less the kinds found changed or written to
+// ("<cluster>|<group>|<kind>"), and what the confirming reads answered, which it does not read again; the
+// rest of those kinds is read from the API.
+export function afterStale(observed: Observed, err: StaleStateError): { observed: Observed; known: Answered } {
+  const drop = new Set(err.kinds);
+  const kept = (h: { cluster: string; apiVersion: string; kind: string }) => !drop.has(kindId(h.cluster, groupOf(h.apiVersion), h.kind));
+  return { observed: { objects: observed.objects.filter(kept), lists: observed.lists.filter(kept) }, known: err.answered as Answered };
 }
 
 // The same object, whole: what the API server holds now against what was handed (both undefined: still

@@ -24,7 +24,7 @@ import scheduler from "../functions/placement-scheduler/reconcile.ts";
 import acceptor from "../functions/cluster-acceptor/reconcile.ts";
 import clusterSets from "../functions/cluster-sets/reconcile.ts";
 import { DefaultClusterSetName, ManagedClusterSetBindingResource, ManagedClusterSetConditionType, ManagedClusterSetResource, type ManagedClusterSet } from "../shared/api/cluster.ts";
-import { ClusterRoleResource } from "../shared/api/kube.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, RoleBindingResource } from "../shared/api/kube.ts";
 import { HubRbacName } from "../shared/api/register.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import { PlacementResource } from "../shared/api/cluster.ts";
@@ -304,6 +304,38 @@ describe("a stale view never writes", () => {
     expect(reply.statusCode, reply.body).toBe(204);
     const role = await admin.get<KubeObject & { rules?: unknown[] }>(ClusterRoleResource, HubRbacName.RegistrationClusterRole);
     expect(role?.rules?.length).toBeGreaterThan(0);
+  });
+
+  it("a cluster another writer labelled after the event handed it is judged again with the rest of what was handed and the cluster as the API server answered the confirming read: that one read of it and no other, the bindings handed absent created without a read", async () => {
+    const acceptorIdentity = await readyIdentity(hub.cluster, acceptor.spec.name, [ManagedClusterResource]);
+    const c = `cluster-${suffix()}`;
+    const cluster = await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
+    await admin.patch(ManagedClusterResource, c, { metadata: { labels: { "cluster.open-cluster-management.io/clusterset": "default" } } });
+    const rbac = "rbac.authorization.k8s.io/v1";
+    const absent = (kind: string, name: string, namespace?: string) => ({ cluster: HUB, apiVersion: rbac, kind, name, ...(namespace ? { namespace } : {}), conditional: true });
+    const observed: Observed = {
+      objects: [
+        handed(ManagedClusterResource, cluster),
+        { cluster: HUB, apiVersion: "v1", kind: "Namespace", name: c },
+        absent("ClusterRole", HubRbacName.cluster(c)),
+        absent("ClusterRoleBinding", HubRbacName.cluster(c)),
+        absent("RoleBinding", HubRbacName.registrationRoleBinding(c), c),
+        absent("RoleBinding", HubRbacName.workRoleBinding(c), c),
+      ],
+      lists: [],
+    };
+    const rec = recordingRequests(testIo({ [HUB]: acceptorIdentity }, { hubCluster: HUB, autoApprovalUsers: [] }));
+    const reply = await handleEvent(acceptor.spec, rec.io, handing(cluster, ManagedClusterResource, observed));
+    expect(reply.statusCode, reply.body).toBe(204);
+    const gets = rec.requests.filter((r) => r.method === "GET").map((r) => r.path.split("?")[0]!);
+    // the first judgement's confirming read finds the label; the second judges from that read's answer,
+    // the API server's own, without reading it again
+    expect(gets.filter((p) => p === resourcePath(ManagedClusterResource, { name: c }))).toHaveLength(1);
+    expect((await admin.get<ManagedCluster>(ManagedClusterResource, c))?.metadata.labels).toEqual(expect.objectContaining({ "cluster.open-cluster-management.io/clusterset": "default" }));
+    // what was handed absent of the other kinds still counts: the bindings are created, never read
+    expect(gets.filter((p) => p.startsWith(resourcePath(RoleBindingResource, { namespace: c })) || p.startsWith(resourcePath(ClusterRoleBindingResource)))).toEqual([]);
+    expect(rec.writes()).toEqual(expect.arrayContaining([`POST ${resourcePath(RoleBindingResource, { namespace: c })}`, `POST ${resourcePath(ClusterRoleBindingResource)}`]));
+    expect(await admin.get(RoleBindingResource, HubRbacName.workRoleBinding(c), c)).toBeDefined();
   });
 
   // A ClusterRole labelled aggregate-to-admin lends its rules to every namespace's admins.

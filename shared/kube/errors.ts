@@ -48,6 +48,22 @@ export class KubeError extends Error {
   }
 }
 
+// The conflict of a reconcile judged from handed state that the API server no longer holds
+// (shared/observed.ts): not a write's stale resourceVersion but a stale judgement, so only a new
+// judgement may follow, never the same write made again. `kinds` names what was found changed or
+// written to, as "<cluster>|<group>|<kind>"; `answered`, what the API server answered the confirming
+// reads (null: absent), by "<cluster>|<group>|<kind>|<namespace>|<name>", less the kinds written to.
+export class StaleStateError extends KubeError {
+  readonly kinds: readonly string[];
+  readonly answered: ReadonlyMap<string, unknown>;
+  constructor(message: string, kinds: readonly string[], answered: ReadonlyMap<string, unknown> = new Map()) {
+    super(409, "Conflict", message);
+    this.name = "StaleStateError";
+    this.kinds = kinds;
+    this.answered = answered;
+  }
+}
+
 export function statusCodeOf(err: unknown): number | undefined {
   if (err instanceof KubeError) return err.code;
   return undefined;
