@@ -6,7 +6,7 @@ import { resourceOfKind } from "./api/kinds.ts";
 import { mergePatchFrom } from "./merge-patch.ts";
 import type { ApiResource } from "./api/meta.ts";
 import type { KubeClient, KubeObject } from "./kube/client.ts";
-import { isAlreadyExists } from "./kube/errors.ts";
+import { isAlreadyExists, isConflict, StaleStateError } from "./kube/errors.ts";
 
 type Meta = { labels?: Record<string, string>; annotations?: Record<string, string>; finalizers?: string[] };
 
@@ -65,6 +65,26 @@ export async function removeFinalizer<T extends KubeObject>(client: KubeClient, 
   const finalizers = (obj.metadata as Meta).finalizers ?? [];
   if (!finalizers.includes(finalizer)) return obj;
   return client.patch<T>(r, obj.metadata.name!, { metadata: { resourceVersion: obj.metadata.resourceVersion, finalizers: finalizers.filter((f) => f !== finalizer) } }, { namespace: obj.metadata.namespace });
+}
+
+// client-go's RetryOnConflict for one object: a write refused for a stale resourceVersion is made
+// again on the object as it is now, when what the write was judged by still holds there (`holds`, and
+// the same uid). Anything else, or a third refusal, goes to the caller, and the runtime judges the whole
+// key again. It spares a reconcile whose object another function wrote meanwhile (a label, a taint)
+// the rerun of all its other reads and writes. A stale judgement (StaleStateError) is never retried here.
+const WRITE_CONFLICT_TRIES = 3;
+export async function retryOnConflict<T extends KubeObject>(client: KubeClient, r: ApiResource, judged: T, holds: (now: T) => boolean, write: (current: T) => Promise<T>): Promise<T> {
+  let current = judged;
+  for (let tries = 1; ; tries++) {
+    try {
+      return await write(current);
+    } catch (err) {
+      if (!isConflict(err) || err instanceof StaleStateError || tries >= WRITE_CONFLICT_TRIES) throw err;
+      const now = await client.get<T>(r, judged.metadata.name!, judged.metadata.namespace);
+      if (!now || now.metadata.uid !== judged.metadata.uid || !holds(now)) throw err;
+      current = now;
+    }
+  }
 }
 
 // Creates or updates every object of a multi-document YAML text (RBAC, namespaces, add-on templates).

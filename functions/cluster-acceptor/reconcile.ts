@@ -11,10 +11,11 @@ import type { ObjectEvent, TickEvent } from "../../shared/events.ts";
 import { defineFunction, type KeysOrSkip, type Related, type Watch } from "../../shared/sdk.ts";
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { mayAccess } from "../../shared/kube/access-review.ts";
-import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, wouldWrite } from "../../shared/apply.ts";
+import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, retryOnConflict, wouldWrite } from "../../shared/apply.ts";
 import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
+import { sleep } from "../../shared/timers.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import {
   CertificateSigningRequestResource,
@@ -282,14 +283,17 @@ export async function reconcile(io: Io<Config>, key: Key): Promise<Outcome> {
 const isClusterNamespace = (ns: KubeObject, cluster: string) => (ns.metadata as { labels?: Record<string, string> }).labels?.[ClusterLabel.ClusterName] === cluster;
 
 // Creates the cluster namespace, or finds it already the cluster's; it never labels an existing one.
-async function ensureClusterNamespace(hub: KubeClient, cluster: string, read: KubeObject | undefined): Promise<void> {
-  if (read) return; // the caller has checked it is the cluster's
+// Says whether this call created it.
+async function ensureClusterNamespace(hub: KubeClient, cluster: string, read: KubeObject | undefined): Promise<boolean> {
+  if (read) return false; // the caller has checked it is the cluster's
   try {
     await hub.create(NamespaceResource, clusterNamespace(cluster));
+    return true;
   } catch (err) {
     if (!isAlreadyExists(err)) throw err;
     const now = await hub.get(NamespaceResource, cluster);
     if (!now || !isClusterNamespace(now, cluster)) throw new Error(namespaceNotOwnedCondition(cluster).message);
+    return false;
   }
 }
 
@@ -359,13 +363,15 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, 
   // nothing (the namespace, every role, both finalizers in one patch), then what needs the first wave
   // (every binding and the lease, in the namespace). Strictly one wave cannot be: a RoleBinding's
   // namespace must exist, and binding the per-cluster role before it exists takes an unrestricted `bind`.
+  // A namespace created just now holds no lease yet: it is created without a read first.
   const [roles, bindings] = acceptedRbacSteps(hub, name);
+  let created = false;
   const [finalized] = await Promise.all([
-    addFinalizer(hub, ManagedClusterResource, cluster, ...acceptedFinalizers),
-    attempt(() => ensureClusterNamespace(hub, name, namespace)),
+    retryOnConflict(hub, ManagedClusterResource, cluster, stillAccepting, (c) => addFinalizer(hub, ManagedClusterResource, c, ...acceptedFinalizers)),
+    attempt(async () => (created = await ensureClusterNamespace(hub, name, namespace))),
     ...roles!.map(attempt),
   ]);
-  await Promise.all([...bindings!, () => createLeaseIfMissing(hub, name, io.clock.now())].map(attempt));
+  await Promise.all([...bindings!, () => (created ? createClusterLease(hub, name, io.clock.now()) : createLeaseIfMissing(hub, name, io.clock.now()))].map(attempt));
 
   if (errors.length > 0) {
     await writeAccepted(hub, finalized, acceptErrorCondition(errors), io.clock.now());
@@ -382,24 +388,44 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, 
       return { recheckInMs: GRANT_RECHECK_MS };
     }
   }
-  await writeAccepted(hub, finalized, acceptedCondition, io.clock.now());
+  await retryOnConflict(hub, ManagedClusterResource, finalized, stillAccepting, async (c) => (await writeAccepted(hub, c, acceptedCondition, io.clock.now())) ?? c);
   io.log.info({ cluster: name }, "accepted");
   return done;
 }
 
-// The authorizer's view of a new binding lags its write by the API server's informer (milliseconds).
+// What the writes of an acceptance were judged by in the ManagedCluster itself: another writer's label,
+// taint or condition meanwhile leaves them to be made again on its version (retryOnConflict).
+const stillAccepting = (c: ManagedCluster) => c.spec?.hubAcceptsClient === true && !c.metadata.deletionTimestamp;
+
+// The authorizer's view of a new binding lags its write by the API server's informer (milliseconds),
+// so what it does not grant yet is asked again in the request a few times, GRANT_ASK_GAP_MS apart,
+// before the function asks to be called back (which costs an event's round trip).
+const GRANT_ASKS = 4;
+const GRANT_ASK_GAP_MS = 20;
 const GRANT_RECHECK_MS = 100;
 
 // One permission per binding acceptance writes, asked of the authorizer for the cluster's agents'
 // group: which of them it does not grant yet.
 async function grantsPending(hub: KubeClient, cluster: string): Promise<string[]> {
+  let pending = await grantsNotYet(hub, cluster);
+  for (let ask = 1; ask < GRANT_ASKS && pending.length > 0; ask++) {
+    await sleep(GRANT_ASK_GAP_MS);
+    pending = await grantsNotYet(hub, cluster, pending);
+  }
+  return pending;
+}
+
+// Of `bindings` (all by default), those whose permission the authorizer does not grant yet.
+async function grantsNotYet(hub: KubeClient, cluster: string, bindings?: readonly string[]): Promise<string[]> {
   const checks = {
     [HubRbacName.cluster(cluster)]: { group: ManagedClusterResource.group, resource: ManagedClusterResource.plural, subresource: "status", verb: "patch", name: cluster },
     [HubRbacName.registrationRoleBinding(cluster)]: { group: LeaseResource.group, resource: LeaseResource.plural, verb: "update", namespace: cluster, name: ManagedClusterLeaseName },
     [HubRbacName.workRoleBinding(cluster)]: { group: ManifestWorkResource.group, resource: ManifestWorkResource.plural, verb: "list", namespace: cluster },
   };
   const answers = await Promise.all(
-    Object.entries(checks).map(async ([binding, resourceAttributes]) =>
+    Object.entries(checks)
+      .filter(([binding]) => !bindings || bindings.includes(binding))
+      .map(async ([binding, resourceAttributes]) =>
       (await mayAccess(hub, { user: agentUser(cluster, "acceptance"), groups: [clusterGroup(cluster)], resourceAttributes })) ? [] : [binding],
     ),
   );

@@ -478,6 +478,38 @@ describe("what the cluster's agent may do on the hub", () => {
 });
 
 describe("acceptance in two waves, declared once the authorizer grants it", () => {
+  it("a label another writer puts on the cluster between the acceptor's read and its finalizer patch costs one read of the cluster and the patch again, not a second judgement; the label stays", async () => {
+    const c = `c${suffix()}`;
+    const created = await createCluster(c, true);
+    const rec = recordingRequests(io);
+    const clusterPath = resourcePath(ManagedClusterResource, { name: c });
+    // the other writer (cluster-sets, say) gets in just before the acceptor's first patch of the cluster
+    let raced = false;
+    const racing: Io<Config> = {
+      ...rec.io,
+      cluster: (name) => {
+        const client = rec.io.cluster(name);
+        const wrapped = Object.create(client) as KubeClient;
+        wrapped.patch = async (r, n, body, o) => {
+          if (!raced && r === ManagedClusterResource && n === c && !o?.subresource) {
+            raced = true;
+            await admin.patch(ManagedClusterResource, c, { metadata: { labels: { "cluster.open-cluster-management.io/clusterset": "default" } } });
+          }
+          return client.patch(r, n, body, o);
+        };
+        return wrapped;
+      },
+    };
+    expect((await handleEvent(fn.spec, racing, clusterEvent(created))).statusCode).toBe(204);
+    expect(raced).toBe(true);
+    expect(rec.requests.filter((r) => r.method === "PATCH" && r.path === clusterPath).map((r) => r.ok)).toEqual([false, true]);
+    // judged once: the namespace was read once
+    expect(rec.requests.filter((r) => r.method === "GET" && r.path === resourcePath(NamespaceResource, { name: c }))).toHaveLength(1);
+    const now = (await readCluster(c))!;
+    expect((now.metadata.labels as Record<string, string> | undefined)?.["cluster.open-cluster-management.io/clusterset"]).toBe("default");
+    expect(now.metadata.finalizers).toEqual(expect.arrayContaining([ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup]));
+  });
+
   it("sends the namespace, every role and both finalizers at once, then every binding and the lease at once, then asks the authorizer, and only then writes HubAccepted", async () => {
     const c = `c${suffix()}`;
     const rec = recordingRequests(io);
