@@ -9,6 +9,8 @@ import { CloudEvent } from "cloudevents";
 import { HANDED_LISTS_MAX_BYTES, changedNothingWatched, narrows, observedFor, outsideEveryScope, settledRoot, type Cache } from "../components/relay/state.ts";
 import leaseMonitor from "../functions/cluster-lease-monitor/reconcile.ts";
 import addonClusterLabel from "../functions/addon-cluster-label/reconcile.ts";
+import placementScheduler from "../functions/placement-scheduler/reconcile.ts";
+import clusterAcceptor from "../functions/cluster-acceptor/reconcile.ts";
 import { ManagedClusterResource, ManagedClusterSetResource } from "../shared/api/cluster.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import type { StateConfig } from "../components/relay/config.ts";
@@ -106,6 +108,34 @@ describe("an update its watch looks at nothing of", () => {
     expect(changedNothingWatched(watching, event("delete", before), { previous: before, current: before })).toBe(false);
     const all: StateConfig = { watches: [{ ...watching.watches[0]!, changes: undefined }] };
     expect(changedNothingWatched(all, event("update", { ...before, status: {} }), { previous: before, current: { ...before, status: {} } })).toBe(false);
+  });
+});
+
+describe("what a new cluster's other writers change, for the functions that judge none of it", () => {
+  // from the definitions, as the render gives them to the relay
+  const stateOf = (fn: typeof placementScheduler | typeof clusterAcceptor): StateConfig => fn.state({ hubCluster: HUB, autoApprovalUsers: [] } as never) as StateConfig;
+  const update = (kind: string, previous: KubeObject, current: KubeObject) => [
+    new CloudEvent({ id: "e5", source: "test", type: "dev.knative.apiserver.resource.update", cluster: HUB, apiversion: `${group}/v1`, kind, name: "n1", namespace: "", data: current }) as CloudEvent<unknown>,
+    { previous, current },
+  ] as const;
+  const bump = <T extends KubeObject>(o: T, change: Partial<T>): T => ({ ...o, ...change, metadata: { ...o.metadata, resourceVersion: "2", ...(change.metadata ?? {}) } });
+
+  it("cluster-sets' member count in a set's status is not sent to placement-scheduler; a change of the set's selector is", () => {
+    const set: KubeObject = { metadata: { name: "n1", resourceVersion: "1", generation: 1 }, spec: { clusterSelector: { selectorType: "ExclusiveClusterSetLabel" } }, status: { conditions: [{ type: "ClusterSetEmpty", status: "True" }] } };
+    const state = stateOf(placementScheduler);
+    expect(changedNothingWatched(state, ...update(ManagedClusterSetResource.kind, set, bump(set, { status: { conditions: [{ type: "ClusterSetEmpty", status: "False" }] } })))).toBe(true);
+    expect(changedNothingWatched(state, ...update(ManagedClusterSetResource.kind, set, bump(set, { spec: { clusterSelector: { selectorType: "LabelSelector" } } })))).toBe(false);
+  });
+
+  it("a cluster set's label and a taint on a cluster are not sent to the acceptor; hubAcceptsClient, a finalizer and a condition are", () => {
+    const cluster: KubeObject = { metadata: { name: "n1", resourceVersion: "1" }, spec: { hubAcceptsClient: true } };
+    const state = stateOf(clusterAcceptor);
+    const sent = (change: Partial<KubeObject>) => !changedNothingWatched(state, ...update(ManagedClusterResource.kind, cluster, bump(cluster, change)));
+    expect(sent({ metadata: { labels: { "cluster.open-cluster-management.io/clusterset": "default" } } })).toBe(false);
+    expect(sent({ spec: { hubAcceptsClient: true, taints: [{ key: "cluster.open-cluster-management.io/unreachable", effect: "NoSelect" }] } })).toBe(false);
+    expect(sent({ spec: { hubAcceptsClient: false } })).toBe(true);
+    expect(sent({ metadata: { finalizers: ["cluster.open-cluster-management.io/api-resource-cleanup"] } })).toBe(true);
+    expect(sent({ status: { conditions: [{ type: "HubAcceptedManagedCluster", status: "True" }] } })).toBe(true);
   });
 });
 

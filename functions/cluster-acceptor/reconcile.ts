@@ -64,7 +64,15 @@ export default defineFunction({
     // Each cluster's event comes with what accepting it is judged by (its namespace, roles and bindings
     // as the source's cache holds them), so the reconcile of a cluster that is as it should be reads
     // nothing but its lease.
-    { cluster: c.hubCluster, resource: ManagedClusterResource, mode: "Either", root: true, related: acceptedObjects("{name}") },
+    // Another function's label or taint on the cluster wakes nothing: acceptance is judged by these.
+    {
+      cluster: c.hubCluster,
+      resource: ManagedClusterResource,
+      mode: "Either",
+      root: true,
+      related: acceptedObjects("{name}"),
+      changes: ["spec.hubAcceptsClient", "metadata.deletionTimestamp", "metadata.finalizers", "metadata.annotations", "status.conditions"],
+    },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
       // each handed with the resync tick, which judges from their lists
       (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource), onTick: true }),

@@ -59,7 +59,9 @@ export default defineFunction({
       keys: placementsForCluster,
       related: [{ resource: PlacementResource, required: true }, { resource: ManagedClusterSetResource }, { resource: ManagedClusterSetBindingResource }, { resource: PlacementDecisionResource }],
     },
-    { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys },
+    // the set's selector or its going: cluster-sets' count in its status (rewritten as clusters join)
+    // wakes nothing
+    { cluster: c.hubCluster, resource: ManagedClusterSetResource, keys: setKeys, changes: ["spec", "metadata.deletionTimestamp"] },
     { cluster: c.hubCluster, resource: ManagedClusterSetBindingResource, verbs: ["add", "delete"], keys: bindingKeys },
     { cluster: c.hubCluster, resource: PlacementDecisionResource, verbs: ["delete"], keys: decisionKeys },
     { cluster: c.hubCluster, resource: SigPlacementDecisionResource, verbs: ["delete"], keys: sigDecisionKeys },
