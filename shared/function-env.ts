@@ -26,7 +26,20 @@ export function ioFromEnv<C>(fn: string, configFromEnv: (env: NodeJS.ProcessEnv)
   }
   const dir = env.OCM_KUBECONFIG_DIR;
   if (dir && !statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw configError(fn, "OCM_KUBECONFIG_DIR", dir, "not a directory");
-  return { clock: systemClock, log: jsonLog(fn), cluster: clientsFromEnv(env), config };
+  const io: Io<C> = { clock: systemClock, log: jsonLog(fn), cluster: clientsFromEnv(env), config };
+  if (env.KUBERNETES_SERVICE_HOST && !dir) warmConnections(io, env.OCM_CLUSTER_NAME ?? "hub");
+  return io;
+}
+
+// In a pod, the first reconcile of a process (a function brought back from zero) would open its
+// connections to the API server itself, a TLS handshake each, while judging its event. They are opened
+// as the process starts instead, by reads of /version (granted to everyone), and kept alive for it.
+const WARM_CONNECTIONS = 4;
+function warmConnections(io: Io<unknown>, home: string): void {
+  const client = io.cluster(home);
+  Promise.all(Array.from({ length: WARM_CONNECTIONS }, () => client.request("GET", "/version"))).catch((err: unknown) =>
+    io.log.warn({ error: err instanceof Error ? err.message : String(err) }, "could not open connections to the API server ahead of the first event"),
+  );
 }
 
 const oneLine = (s: string) => s.replace(/\s+/g, " ").trim();
