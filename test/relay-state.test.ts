@@ -202,6 +202,26 @@ describe("a root object its function's settled test holds for", () => {
     expect(settledRoot(state, event("update", available), available)).toBe(false);
   });
 
+  it("is not sent to the acceptor once the cluster is accepted, finalized and not leaving, and is for its creation, a finalizer taken off, acceptance withdrawn, another HubAccepted or its deletion", () => {
+    const state = clusterAcceptor.state({ hubCluster: HUB } as never) as StateConfig;
+    const finalizers = ["cluster.open-cluster-management.io/api-resource-cleanup", "cluster.open-cluster-management.io/resource-cleanup"];
+    const hubAccepted = { type: "HubAcceptedManagedCluster", status: "True", reason: "HubClusterAdminAccepted", message: "Accepted by hub cluster admin" };
+    const done: KubeObject = { metadata: { name: "c1", resourceVersion: "3", finalizers }, spec: { hubAcceptsClient: true }, status: { conditions: [hubAccepted] } };
+    const agentWrote: KubeObject = { ...done, status: { conditions: [hubAccepted, { type: "ManagedClusterJoined", status: "True" }] } };
+    expect(settledRoot(state, event("update", done), done)).toBe(true);
+    expect(settledRoot(state, event("update", agentWrote), agentWrote)).toBe(true);
+    expect(settledRoot(state, event("add", created), created)).toBe(false);
+    const oneFinalizer: KubeObject = { ...done, metadata: { ...done.metadata, finalizers: finalizers.slice(1) } };
+    expect(settledRoot(state, event("update", oneFinalizer), oneFinalizer)).toBe(false);
+    const withdrawn: KubeObject = { ...done, spec: { hubAcceptsClient: false } };
+    expect(settledRoot(state, event("update", withdrawn), withdrawn)).toBe(false);
+    const otherReason: KubeObject = { ...done, status: { conditions: [{ ...hubAccepted, reason: "SomeoneElse" }] } };
+    expect(settledRoot(state, event("update", otherReason), otherReason)).toBe(false);
+    const leaving: KubeObject = { ...done, metadata: { ...done.metadata, deletionTimestamp: "2026-12-01T00:00:00Z" } };
+    expect(settledRoot(state, event("update", leaving), leaving)).toBe(false);
+    expect(settledRoot(state, event("delete", done), done)).toBe(false);
+  });
+
   it("is always sent for a deletion, and never judged for a function without a declarative test", () => {
     expect(settledRoot(stateFor(leaseMonitor), event("delete", created), created)).toBe(false);
     const none: StateConfig = { watches: [{ cluster: HUB, group, kind: ManagedClusterResource.kind, related: [], onTick: true }] };

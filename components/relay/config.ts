@@ -69,6 +69,21 @@ const RelatedSchema = z.object({
   required: z.optional(z.boolean()),
   conditional: z.optional(z.boolean()),
 });
+// shared/settled.ts' clauses
+const word = z.string().check(z.minLength(1));
+const SettledClauseSchema = z.union([
+  z.strictObject({ has: dottedPath }),
+  z.strictObject({ lacks: dottedPath }),
+  z.strictObject({ is: dottedPath, value: z.union([z.string(), z.number(), z.boolean()]) }),
+  z.strictObject({ includes: dottedPath, values: z.array(z.string()).check(z.minLength(1)) }),
+  z.strictObject({ lacksCondition: word }),
+  z.strictObject({ condition: z.strictObject({ type: word, status: word, reason: z.optional(word), message: z.optional(z.string()) }) }),
+  z.strictObject({
+    get all() {
+      return z.array(SettledClauseSchema).check(z.minLength(1));
+    },
+  }),
+]);
 export const StateSchema = z.object({
   watches: z.array(
     z.object({
@@ -81,7 +96,7 @@ export const StateSchema = z.object({
       onTick: z._default(z.boolean(), false),
       changes: z.optional(z.array(dottedPath).check(z.minLength(1))),
       // the root kind's settled test (shared/settled.ts): an add or update it holds for is not sent
-      settled: z.optional(z.array(z.union([z.strictObject({ has: dottedPath }), z.strictObject({ lacksCondition: z.string().check(z.minLength(1)) })])).check(z.minLength(1))),
+      settled: z.optional(z.array(SettledClauseSchema).check(z.minLength(1))),
     }),
   ),
 });

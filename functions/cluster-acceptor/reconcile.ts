@@ -52,6 +52,14 @@ import { clusterNamespace, clusterRole, clusterRoleBinding, registrationClusterR
 // Both hub functions read the same settings (shared/settings.ts).
 export type Config = HubSettings;
 
+const acceptedCondition: NewCondition = {
+  type: ManagedClusterConditionType.HubAccepted,
+  status: "True",
+  reason: ManagedClusterReason.HubClusterAdminAccepted,
+  message: ManagedClusterMessage.HubClusterAdminAccepted,
+};
+const acceptedFinalizers = [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup];
+
 // The root kind is ManagedCluster, all its changes: a deleted cluster's RBAC goes. A cluster is also
 // woken by the objects labelled with its name when someone changes or removes them (put them back), by
 // a bootstrap CSR (auto-acceptance), and by a ManifestWork leaving its namespace (the last one gone frees
@@ -86,6 +94,19 @@ export default defineFunction({
         keys: (e) => (e.ref.namespace ? [{ cluster: e.cluster, name: e.ref.namespace }] : { skip: `${resource.kind} without namespace` }),
       }),
     ),
+  ],
+  // An accepted cluster, finalized and not leaving: a change of its own needs nothing (its agent's
+  // status, the acceptor's own last write). What acceptance made beside it wakes the acceptor by its own
+  // watches when someone changes or removes it, and the resync judges the rest.
+  settled: [
+    {
+      all: [
+        { is: "spec.hubAcceptsClient", value: true },
+        { lacks: "metadata.deletionTimestamp" },
+        { includes: "metadata.finalizers", values: acceptedFinalizers },
+        { condition: acceptedCondition },
+      ],
+    },
   ],
   resyncSeconds: 60,
   resync,
@@ -459,12 +480,6 @@ async function writeAccepted(hub: KubeClient, cluster: ManagedCluster, condition
   return patchStatusIfChanged(hub, ManagedClusterResource, cluster, { ...cluster.status, conditions });
 }
 
-const acceptedCondition: NewCondition = {
-  type: ManagedClusterConditionType.HubAccepted,
-  status: "True",
-  reason: ManagedClusterReason.HubClusterAdminAccepted,
-  message: ManagedClusterMessage.HubClusterAdminAccepted,
-};
 const deniedCondition: NewCondition = {
   type: ManagedClusterConditionType.HubAccepted,
   status: "False",
@@ -498,7 +513,6 @@ const namespaceNotOwnedCondition = (cluster: string): NewCondition => ({
 // resource cleanup's (OCM's gc controller, gate ResourceCleanup, on by default). OCM's gc puts the
 // second on every cluster; we put it where there is something to clean, on acceptance: a cluster never
 // accepted has no namespace of its own.
-const acceptedFinalizers = [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup];
 
 // A deleted cluster (OCM's gc, pkg/registration/hub/gc): what its agents were given in its namespace is
 // deleted first, kind by kind in this order, the next kind only once the last is gone; within a kind
