@@ -127,14 +127,14 @@ describe("what a new cluster's other writers change, for the functions that judg
     expect(changedNothingWatched(state, ...update(ManagedClusterSetResource.kind, set, bump(set, { spec: { clusterSelector: { selectorType: "LabelSelector" } } })))).toBe(false);
   });
 
-  it("a cluster set's label and a taint on a cluster are not sent to the acceptor; hubAcceptsClient, a finalizer and a condition are", () => {
+  it("a cluster set's label, a taint and a finalizer (the acceptor's own patch) on a cluster are not sent to the acceptor; hubAcceptsClient and a condition are", () => {
     const cluster: KubeObject = { metadata: { name: "n1", resourceVersion: "1" }, spec: { hubAcceptsClient: true } };
     const state = stateOf(clusterAcceptor);
     const sent = (change: Partial<KubeObject>) => !changedNothingWatched(state, ...update(ManagedClusterResource.kind, cluster, bump(cluster, change)));
     expect(sent({ metadata: { labels: { "cluster.open-cluster-management.io/clusterset": "default" } } })).toBe(false);
     expect(sent({ spec: { hubAcceptsClient: true, taints: [{ key: "cluster.open-cluster-management.io/unreachable", effect: "NoSelect" }] } })).toBe(false);
     expect(sent({ spec: { hubAcceptsClient: false } })).toBe(true);
-    expect(sent({ metadata: { finalizers: ["cluster.open-cluster-management.io/api-resource-cleanup"] } })).toBe(true);
+    expect(sent({ metadata: { finalizers: ["cluster.open-cluster-management.io/api-resource-cleanup"] } })).toBe(false);
     expect(sent({ status: { conditions: [{ type: "HubAcceptedManagedCluster", status: "True" }] } })).toBe(true);
   });
 });

@@ -73,13 +73,15 @@ export default defineFunction({
     // as the source's cache holds them), so the reconcile of a cluster that is as it should be reads
     // nothing but its lease.
     // Another function's label or taint on the cluster wakes nothing: acceptance is judged by these.
+    // Nor does a finalizer change, the acceptor's own patch above all: one taken off is put back at the
+    // cluster's next change it judges, or at the resync, and a deletion releases them anyway.
     {
       cluster: c.hubCluster,
       resource: ManagedClusterResource,
       mode: "Either",
       root: true,
       related: acceptedObjects("{name}"),
-      changes: ["spec.hubAcceptsClient", "metadata.deletionTimestamp", "metadata.finalizers", "metadata.annotations", "status.conditions"],
+      changes: ["spec.hubAcceptsClient", "metadata.deletionTimestamp", "metadata.annotations", "status.conditions"],
     },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
       // each handed with the resync tick, which judges from their lists
