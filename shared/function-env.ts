@@ -7,7 +7,7 @@ import { z } from "zod";
 import { systemClock } from "./clock.ts";
 import { configError } from "./env-settings.ts";
 import { jsonLog, type Io } from "./harness.ts";
-import { clientsFromEnv } from "./kube/clients.ts";
+import { clientsFromEnv, homeClusterOf } from "./kube/clients.ts";
 
 export { ConfigError, configError } from "./env-settings.ts";
 
@@ -27,7 +27,7 @@ export function ioFromEnv<C>(fn: string, configFromEnv: (env: NodeJS.ProcessEnv)
   const dir = env.OCM_KUBECONFIG_DIR;
   if (dir && !statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw configError(fn, "OCM_KUBECONFIG_DIR", dir, "not a directory");
   const io: Io<C> = { clock: systemClock, log: jsonLog(fn), cluster: clientsFromEnv(env), config };
-  if (env.KUBERNETES_SERVICE_HOST && !dir) warmConnections(io, env.OCM_CLUSTER_NAME ?? "hub");
+  if (env.KUBERNETES_SERVICE_HOST && !dir) warmConnections(io, homeClusterOf(env));
   return io;
 }
 

@@ -143,20 +143,15 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     const fresh = (o: KubeObject, kind: string) => !olderThan(o.metadata.resourceVersion, seen.get(seenId(cluster, kind, o)));
     const get = async <T extends KubeObject>(r: ApiResource, name: string, namespace?: string): Promise<T | undefined> => {
       const key = `${cluster}|${r.group}|${objectId(r.kind, namespace, name)}`;
-      const confirmed = dropped.has(kindId(cluster, r.group, r.kind)) ? undefined : answered.get(key);
-      if (confirmed !== undefined && (confirmed === null || fresh(confirmed, r.kind))) {
-        // the API server's answer to an earlier try's confirming read
-        observedReads.inc([fn, "handed"]);
-        if (confirmed) note(confirmed, r.kind);
-        return (confirmed ? structuredClone(confirmed) : undefined) as T | undefined;
-      }
-      const found = lookup(cluster, r, name, namespace);
+      // the API server's answer to an earlier try's confirming read, needing no confirmation; else what was handed
+      const answer = dropped.has(kindId(cluster, r.group, r.kind)) ? undefined : answered.get(key);
+      const found = answer !== undefined ? answer : lookup(cluster, r, name, namespace);
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
         if (found) note(found, r.kind);
         // handed absent and conditional: the function only creates it, and the API server answers that;
         // present, its content is what a write carries, so it is confirmed whole like any other
-        if (found !== null || !objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional)
+        if (answer === undefined && (found !== null || !objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional))
           used.push({
             id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`,
             cluster,

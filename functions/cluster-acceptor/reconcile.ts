@@ -16,6 +16,7 @@ import { isAlreadyExists } from "../../shared/kube/errors.ts";
 import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import { sleep } from "../../shared/timers.ts";
+import { isSettledBy, type SettledClause, type SettledWhen } from "../../shared/settled.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import {
   CertificateSigningRequestResource,
@@ -59,6 +60,12 @@ const acceptedCondition: NewCondition = {
   message: ManagedClusterMessage.HubClusterAdminAccepted,
 };
 const acceptedFinalizers = [ClusterFinalizer.ApiResourceCleanup, ClusterFinalizer.ResourceCleanup];
+// A cluster being accepted: what every write of an acceptance is judged by in the ManagedCluster itself.
+const accepting: SettledClause[] = [{ is: "spec.hubAcceptsClient", value: true }, { lacks: "metadata.deletionTimestamp" }];
+// An accepted cluster, finalized and not leaving: as the definition's settled test, in a resync's
+// needsLook, and for retryOnConflict while accepting.
+const accepted: SettledWhen = [{ all: [...accepting, { includes: "metadata.finalizers", values: acceptedFinalizers }, { condition: acceptedCondition }] }];
+const stillAccepting = (c: ManagedCluster) => isSettledBy([{ all: accepting }], c);
 
 // The root kind is ManagedCluster, all its changes: a deleted cluster's RBAC goes. A cluster is also
 // woken by the objects labelled with its name when someone changes or removes them (put them back), by
@@ -100,16 +107,7 @@ export default defineFunction({
   // An accepted cluster, finalized and not leaving: a change of its own needs nothing (its agent's
   // status, the acceptor's own last write). What acceptance made beside it wakes the acceptor by its own
   // watches when someone changes or removes it, and the resync judges the rest.
-  settled: [
-    {
-      all: [
-        { is: "spec.hubAcceptsClient", value: true },
-        { lacks: "metadata.deletionTimestamp" },
-        { includes: "metadata.finalizers", values: acceptedFinalizers },
-        { condition: acceptedCondition },
-      ],
-    },
-  ],
+  settled: accepted,
   resyncSeconds: 60,
   resync,
   // The cluster-acceptor function (functions/cluster-acceptor) on the hub.
@@ -217,7 +215,7 @@ export function needsLook(c: ManagedCluster, found: Found, config: Config): bool
   if (c.metadata.deletionTimestamp) return true;
   if (isReservedClusterName(name)) return !hasCondition(c.status?.conditions, reservedCondition(name));
   if (!c.spec?.hubAcceptsClient) return wasAccepted(c) || isAutoAcceptPending(c, config);
-  if (!hasCondition(c.status?.conditions, acceptedCondition) || !acceptedFinalizers.every((f) => c.metadata.finalizers?.includes(f))) return true;
+  if (!isSettledBy(accepted, c)) return true;
   const namespace = found.namespaces.get(`/${name}`);
   // none, or one labelled for another cluster: the reconcile creates it, or refuses the cluster
   if (!namespace || !isClusterNamespace(namespace, name)) return true;
@@ -423,10 +421,6 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, 
   io.log.info({ cluster: name }, "accepted");
   return done;
 }
-
-// What the writes of an acceptance were judged by in the ManagedCluster itself: another writer's label,
-// taint or condition meanwhile leaves them to be made again on its version (retryOnConflict).
-const stillAccepting = (c: ManagedCluster) => c.spec?.hubAcceptsClient === true && !c.metadata.deletionTimestamp;
 
 // The authorizer's view of a new binding lags its write by the API server's informer (milliseconds),
 // so what it does not grant yet is asked again in the request a few times, GRANT_ASK_GAP_MS apart,

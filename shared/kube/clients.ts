@@ -27,9 +27,12 @@ export function clientsFromKubeconfigs(kubeconfigs: Readonly<Record<string, stri
 // it changes (a mounted Secret rotated, e.g. Hosted mode's external-managed-kubeconfig); the client it
 // replaces is closed a little later, once calls already made with it have ended.
 const REPLACED_CLIENT_CLOSE_MS = 60_000;
+// The cluster a process runs in, whose in-cluster credentials it has.
+export const homeClusterOf = (env: NodeJS.ProcessEnv) => env.OCM_CLUSTER_NAME ?? "hub";
+
 export function clientsFromEnv(env: NodeJS.ProcessEnv = process.env): ClusterClients {
   const dir = env.OCM_KUBECONFIG_DIR;
-  const home = env.OCM_CLUSTER_NAME ?? "hub";
+  const home = homeClusterOf(env);
   const cache = new Map<string, { client: KubeClient; mtimeMs?: number }>();
   return (cluster) => {
     const file = dir ? join(dir, `${cluster}.kubeconfig`) : undefined;
