@@ -30,10 +30,16 @@ export async function createClusterLease(hub: KubeClient, cluster: string, now: 
   }
 }
 
+// OCM: a leaseDurationSeconds of 0 (or unset) means 60 s, for backward compatibility. The agent renews
+// once per duration (the heartbeat), so whoever waits for a renewal waits this long.
+export function leaseDurationMs(cluster: ManagedCluster | undefined): number {
+  return (cluster?.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1_000;
+}
+
 // OCM: grace = 5 × leaseDurationSeconds, and 0 means the default (FIX #183: a zero grace period
 // rewrote the condition without end).
 export function gracePeriodMs(cluster: ManagedCluster, multiplier: number): number {
-  return multiplier * (cluster.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1000;
+  return multiplier * leaseDurationMs(cluster);
 }
 
 // A lease nobody ever renewed counts from its creation (OCM would crash on it).

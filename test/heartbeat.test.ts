@@ -29,7 +29,8 @@ import { AgentNamespaceDefault, HubSecretKey, ManagedClustersGroup, agentUser, c
 import { setCondition } from "../shared/conditions.ts";
 import clusterAcceptor, * as clusterAcceptorModule from "../functions/cluster-acceptor/reconcile.ts";
 import { startHeartbeat, type Heartbeat, type HeartbeatOptions } from "../components/relay/heartbeat/sidecar.ts";
-import { jitteredPeriodMs, leaseDurationMs, realWait, retryDelayMs, type Wait } from "../components/relay/heartbeat/schedule.ts";
+import { jitteredPeriodMs, realWait, retryDelayMs, type Wait } from "../components/relay/heartbeat/schedule.ts";
+import { leaseDurationMs } from "../shared/cluster-lease.ts";
 import { RebootstrapRequiredMessage } from "../components/relay/heartbeat/health.ts";
 import type { Lease } from "../components/relay/heartbeat/lease.ts";
 import { activate, healthRecord, withoutAgentConfig } from "./support/agent-checkpoint.ts";

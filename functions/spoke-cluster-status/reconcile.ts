@@ -149,7 +149,10 @@ async function recordStatusSync(io: Io<Config>, spoke: KubeClient, observed: Hea
   }
 }
 
+// The soonest recheck any step asked for.
 async function runSteps(draft: Status, ctx: StepContext): Promise<{ recheckInMs?: number } | { error: unknown }> {
+  let recheckInMs: number | undefined;
+  const soonest = (ms: number) => Math.min(ms, recheckInMs ?? Infinity);
   for (const step of steps) {
     let result: StepResult;
     try {
@@ -158,10 +161,12 @@ async function runSteps(draft: Status, ctx: StepContext): Promise<{ recheckInMs?
       ctx.io.log.warn({ step: step.name, error: error instanceof Error ? error.message : String(error) }, "step failed: the chain stops, what came before is written");
       return { error };
     }
-    if (result === "stop") return {};
-    if (result !== "continue") return { recheckInMs: result.stopAndRecheckInMs };
+    if (result === "stop") break;
+    if (result === "continue") continue;
+    if ("stopAndRecheckInMs" in result) return { recheckInMs: soonest(result.stopAndRecheckInMs) };
+    recheckInMs = soonest(result.continueAndRecheckInMs);
   }
-  return {};
+  return recheckInMs === undefined ? {} : { recheckInMs };
 }
 
 // OCM tells the hub when the Available status it wrote changed to True or False (never for Unknown,

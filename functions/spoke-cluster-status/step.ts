@@ -16,6 +16,8 @@ export type StepContext = { now: Date; hub: KubeClient; spoke: KubeClient; manag
 // statusSyncIntervalMs absent: no recheck of its own, the resync ticks alone bring it back.
 export type StatusSettings = { hash: string; maxCustomClusterClaims: number; statusSyncIntervalMs?: number };
 
-// A recheck also ends the chain: the step could not decide yet and wants to be called again that soon.
-export type StepResult = "continue" | "stop" | { stopAndRecheckInMs: number };
+// stopAndRecheckInMs ends the chain: the step could not decide yet and wants to be called again that
+// soon. continueAndRecheckInMs lets the later steps run and asks the same: the step decided what it
+// could, and what it waits for may come by then without an event of its own.
+export type StepResult = "continue" | "stop" | { stopAndRecheckInMs: number } | { continueAndRecheckInMs: number };
 export type Step = (draft: Status, ctx: StepContext) => StepResult | Promise<StepResult>;

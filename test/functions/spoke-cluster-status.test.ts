@@ -538,7 +538,7 @@ describe("a stale lease", { timeout: FLEET_TEST_MS }, () => {
     expect(staleLease({ lease, cluster, now: at(nowMs) }) !== undefined).toBe(stale);
   });
 
-  it("claims no Available while the hub says Unknown and the lease has not been renewed since, and claims it once the lease is renewed", async () => {
+  it("claims no Available while the hub says Unknown and the lease has not been renewed since, asks to look again one lease duration later, and claims it once the lease is renewed", async () => {
     const clock = manualClock();
     await renewLease(clock.now());
     const io = ioWith({ clock });
@@ -556,6 +556,10 @@ describe("a stale lease", { timeout: FLEET_TEST_MS }, () => {
     }
     expect((await hubCluster())!.metadata.resourceVersion).toBe(rv);
     expect(await conditionOf(Available)).toMatchObject(unknown);
+    // no renewal wakes the function: it looks again when a live heartbeat will have renewed, one lease
+    // duration on (this fleet's clusters have OCM's 60 s)
+    expect((await hubCluster())!.spec?.leaseDurationSeconds ?? 60).toBe(60);
+    expect(await run(io)).toEqual({ recheckInMs: 60_000 });
 
     clock.advance(1_000);
     await renewLease(clock.now());

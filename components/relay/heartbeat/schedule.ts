@@ -1,7 +1,5 @@
 // When the heartbeat runs next: OCM's lease period with its jitter, the backoff while the hub cannot be
 // reached, and the one function all waiting goes through (tests inject their own).
-import { DefaultLeaseDurationSeconds } from "../../../shared/api/cluster-constants.ts";
-import type { ManagedCluster } from "../../../shared/api/cluster.ts";
 import { delay } from "../../../shared/backoff.ts";
 
 // Resolves after ms, or at once when signal aborts (stop, or a test waking the loop early).
@@ -13,11 +11,6 @@ export const realWait: Wait = delay;
 export const JitterFactor = 0.25;
 // First retry while the hub is unreachable; it doubles per failure up to one period.
 export const FirstRetryMs = 1_000;
-
-// OCM: a leaseDurationSeconds of 0 (or unset) means 60 s, for backward compatibility.
-export function leaseDurationMs(cluster: ManagedCluster | undefined): number {
-  return (cluster?.spec?.leaseDurationSeconds || DefaultLeaseDurationSeconds) * 1_000;
-}
 
 // random() in [0, 1), as Math.random: the result is in [d, 1.25 d).
 export function jitteredPeriodMs(durationMs: number, random: () => number): number {

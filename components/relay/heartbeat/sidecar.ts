@@ -6,6 +6,7 @@
 import { ManagedClusterConditionType } from "../../../shared/api/cluster-constants.ts";
 import { systemClock, type Clock } from "../../../shared/clock.ts";
 import { isTrue } from "../../../shared/conditions.ts";
+import { leaseDurationMs } from "../../../shared/cluster-lease.ts";
 import { InstallTimeHash } from "../../../shared/checkpoint.ts";
 import type { AgentSettings } from "../../../shared/api/agent-settings.ts";
 import type { Log } from "../../../shared/harness.ts";
@@ -17,7 +18,7 @@ import { RebootstrapRequiredMessage, serveHealth, type Health, type HealthEndpoi
 import { healthRecorder } from "./health-record.ts";
 import { hubConnections, type ConnectionState } from "./hub-connection.ts";
 import { renewLease, type Lease } from "./lease.ts";
-import { jitteredPeriodMs, leaseDurationMs, NotReadyRecheckMs, realWait, retryDelayMs, type Wait } from "./schedule.ts";
+import { jitteredPeriodMs, NotReadyRecheckMs, realWait, retryDelayMs, type Wait } from "./schedule.ts";
 import { InstallTimeSettings, levelledLog, settingsReader, sidecarSettings, type SidecarSettings } from "./settings.ts";
 
 export type HeartbeatOptions = {

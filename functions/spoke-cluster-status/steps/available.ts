@@ -12,12 +12,13 @@
 // while its own lease is stale. Ours are apart: with the heartbeat sidecar down and this function
 // running, Available=True on every ManagedCluster event and the lease monitor's Unknown on every update
 // took turns without end (issue 24). So no Available, True or False, is written while the hub may
-// judge the lease expired; the monitor's Unknown stands until the sidecar renews the lease again.
+// judge the lease expired; the monitor's Unknown stands until the sidecar renews the lease again, and
+// the claim is looked at again one lease duration later, not only at the next resync.
 import { ClusterLabel, ManagedClusterConditionType, ManagedClusterLeaseName, ManagedClusterReason, type ManagedCluster } from "../../../shared/api/cluster.ts";
 import { LeaseDurationTimes } from "../../../shared/api/health.ts";
 import { ConfigMapResource, LeaseResource } from "../../../shared/api/kube.ts";
 import { AvailableCondition, kubeAPIServerUnavailableCondition } from "../../../shared/api/spoke-status.ts";
-import { lastRenewal, leaseExpiresAt, type Lease } from "../../../shared/cluster-lease.ts";
+import { lastRenewal, leaseDurationMs, leaseExpiresAt, type Lease } from "../../../shared/cluster-lease.ts";
 import { findCondition, hasCondition, setCondition, type NewCondition } from "../../../shared/conditions.ts";
 import type { KubeClient, KubeObject } from "../../../shared/kube/client.ts";
 import { rawGet, type RawAnswer, type RawFailure } from "../../../shared/kube/raw.ts";
@@ -43,7 +44,10 @@ export const available: Step = async (draft, ctx) => {
     if (withheld) io.log.info({ cluster: at.cluster, reason: withheld }, "Available=True not claimed: the cluster lease is stale");
     else draft.conditions = setCondition(draft.conditions, AvailableCondition, now);
     if (await forgetFailure(spoke, at)) io.log.info({ cluster: at.cluster }, "kube-apiserver probe recovered: failure streak forgotten");
-    return "continue";
+    // A renewal wakes nothing here (this function does not watch the lease), so the claim is looked at
+    // again when a live heartbeat will have renewed: a heartbeat back from a stop renews at once, then
+    // once per lease duration.
+    return withheld ? { continueAndRecheckInMs: leaseDurationMs(ctx.cluster) } : "continue";
   }
   const since = await firstFailure(spoke, at, now);
   const judged = judgeFailure(since, now);
