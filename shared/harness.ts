@@ -122,7 +122,7 @@ type Result = { outcome: Outcome } | { failures: Failure[] };
 
 // One reconcile as the runtime runs it (tests drive it too): the outcome, or the failure as thrown.
 export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key, observed?: Observed): Promise<Outcome> {
-  const result = await attemptKey(spec, observed ? judgingFrom(spec, io, observed, seenOf(io)) : io, key, io);
+  const result = await attemptKey(spec, observed ? judgingFrom(spec, io, observed, seenOf(io)) : { io }, key, io);
   if ("outcome" in result) return result.outcome;
   const errors = result.failures.map((f) => f.error);
   throw errors.length === 1 ? errors[0] : new AggregateError(errors, result.failures.map((f) => f.message).join("; "));
@@ -135,9 +135,10 @@ export async function reconcileKey<C>(spec: FunctionSpec<C>, io: Io<C>, key: Key
 // judged from handed state (shared/observed.ts) that was found changed is judged again from the rest
 // of it and what the confirming reads found (afterStale); after a write's own conflict, only the API's
 // answer counts: the next try has `live` clients.
-async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live: Io<C> = first): Promise<Result> {
+async function attemptKey<C>(spec: FunctionSpec<C>, first: Judging<C>, key: Key, live: Io<C> = first.io): Promise<Result> {
   let conflicts = 0;
-  for (let io = first; ; ) {
+  for (let judging = first; ; ) {
+    const { io } = judging;
     try {
       return { outcome: await spec.reconcile(io, key) };
     } catch (err) {
@@ -147,8 +148,7 @@ async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live
         io.log.info({ attempt: conflicts, error: failures[0]?.message }, "conflict: re-reading and trying again");
         // a stale judgement: the same error for every write it refused
         const stale = members.every((e) => e === members[0]) && members[0] instanceof StaleStateError ? members[0] : undefined;
-        const again = stale && rejudges.get(io);
-        io = again ? (again(stale) as Io<C>) : live;
+        judging = stale && judging.afterStale ? judging.afterStale(stale) : { io: live };
         continue;
       }
       return { failures };
@@ -162,29 +162,29 @@ async function attemptKey<C>(spec: FunctionSpec<C>, first: Io<C>, key: Key, live
 // a rollout's wave assigned twice at worst. Replicas of a function are kept apart by resourceVersions.
 // A waiting run judges with the newest delivery's io (its handed state; an older one's objects lose to
 // what noteHanded recorded from the newer).
-type Turn = { last: Promise<Result>; waiting?: Promise<Result>; waitingIo?: Io<unknown> };
+type Turn = { last: Promise<Result>; waiting?: Promise<Result>; waitingJudging?: Judging<unknown> };
 const turnsByIo = new WeakMap<object, Map<string, Turn>>();
 
-// `io` names the process's queue; the run logs through `keyIo` (the delivery that began it).
-function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, keyIo: Io<C>, key: Key): Promise<Result> {
+// `io` names the process's queue; the run judges and logs through `keyJudging` (the delivery that began it).
+function reconcileInTurn<C>(spec: FunctionSpec<C>, io: Io<C>, keyJudging: Judging<C>, key: Key): Promise<Result> {
   let turns = turnsByIo.get(io);
   if (!turns) turnsByIo.set(io, (turns = new Map()));
   const id = JSON.stringify([spec.name, key.cluster, key.namespace ?? "", key.name]);
   const turn = turns.get(id);
   if (turn?.waiting) {
-    turn.waitingIo = keyIo as Io<unknown>; // not begun yet: it will judge this event's state too
+    turn.waitingJudging = keyJudging as Judging<unknown>; // not begun yet: it will judge this event's state too
     return turn.waiting;
   }
   const controller = [spec.name];
   queueDepth.add(controller, 1);
   const begin = async () => {
-    const judging = (entry.waitingIo ?? keyIo) as Io<C>;
-    if (entry.waiting === run) [entry.waiting, entry.waitingIo] = [undefined, undefined];
+    const judging = (entry.waitingJudging ?? keyJudging) as Judging<C>;
+    if (entry.waiting === run) [entry.waiting, entry.waitingJudging] = [undefined, undefined];
     queueDepth.add(controller, -1);
     activeWorkers.add(controller, 1);
     const started = performance.now();
     try {
-      const result = await attemptKey(spec, judging, key, { ...judging, cluster: io.cluster });
+      const result = await attemptKey(spec, judging, key, { ...judging.io, cluster: io.cluster });
       if ("failures" in result) {
         reconcileTotal.inc([spec.name, "error"]);
         reconcileErrors.inc(controller);
@@ -215,16 +215,18 @@ function seenOf(io: object): Seen {
   return seen;
 }
 
-// An io whose clients answer from the handed state first (shared/observed.ts), and how it is made
-// again without the kinds a stale judgement found changed.
-const rejudges = new WeakMap<object, (stale: StaleStateError) => Io<unknown>>();
-function judgingFrom<C>(spec: FunctionSpec<C>, io: Io<C>, observed: Observed, seen: Seen, known?: Answered): Io<C> {
-  const judging: Io<C> = { ...io, cluster: observedClients(spec.name, io.cluster, observed, seen, known).cluster };
-  rejudges.set(judging, (stale) => {
-    const next = afterStale(observed, stale);
-    return judgingFrom(spec, io, next.observed, seen, next.known) as Io<unknown>;
-  });
-  return judging;
+// The io a reconcile judges with and, when its clients answer from handed state first
+// (shared/observed.ts), how the next try judges after a stale judgement: without the kinds it found
+// changed, from what the confirming reads answered. Without afterStale, a conflict's next try reads live.
+type Judging<C> = { io: Io<C>; afterStale?: (stale: StaleStateError) => Judging<C> };
+function judgingFrom<C>(spec: FunctionSpec<C>, io: Io<C>, observed: Observed, seen: Seen, known?: Answered): Judging<C> {
+  return {
+    io: { ...io, cluster: observedClients(spec.name, io.cluster, observed, seen, known).cluster },
+    afterStale: (stale) => {
+      const next = afterStale(observed, stale);
+      return judgingFrom(spec, io, next.observed, seen, next.known);
+    },
+  };
 }
 
 // Which HTTP status a decision becomes. Never the Kubernetes code itself: a leaked 404 or 409 would
@@ -344,8 +346,8 @@ async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: Function
   const seen = seenOf(io);
   if (observed) noteHanded(seen, observed);
   // Every stage judges from what the event hands, each with its own record of what it used.
-  const judge = (x: Io<C>): Io<C> => (observed ? judgingFrom(spec, x, observed, seen) : x);
-  const deliveryIo: Io<C> = judge({ ...io, log: withFields(io.log, bound) });
+  const judge = (x: Io<C>): Judging<C> => (observed ? judgingFrom(spec, x, observed, seen) : { io: x });
+  const deliveryIo: Io<C> = judge({ ...io, log: withFields(io.log, bound) }).io;
   let keys: Key[] | Skip;
   try {
     keys = await spec.keys(event, deliveryIo);
@@ -366,11 +368,11 @@ async function handleParsed<C>(spec: FunctionSpec<C>, io: Io<C>, event: Function
   let recheckInMs: number | undefined;
   const failed: Failure[] = [];
   for (const key of keys) {
-    const keyIo: Io<C> = judge({ ...io, log: withFields(io.log, { ...bound, key }) });
-    const result = await reconcileInTurn(spec, io, keyIo, key);
+    const keyJudging = judge({ ...io, log: withFields(io.log, { ...bound, key }) });
+    const result = await reconcileInTurn(spec, io, keyJudging, key);
     if ("failures" in result) {
       for (const c of new Set(result.failures.map((f) => f.class))) failures.inc([spec.name, "reconcile", c]);
-      logFailures(keyIo.log, "reconcile", result.failures);
+      logFailures(keyJudging.io.log, "reconcile", result.failures);
       failed.push(...result.failures);
       continue;
     }
