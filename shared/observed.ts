@@ -34,8 +34,6 @@ export type HandedList = { cluster: string; apiVersion: string; kind: string; na
 export type Observed = { objects: HandedObject[]; lists: HandedList[] };
 
 const kindId = (cluster: string, group: string, kind: string) => `${cluster}|${group}|${kind}`;
-// the kind of an answered object's key, "<cluster>|<group>|<kind>|<namespace>|<name>"
-const kindOfKey = (key: string) => key.split("|").slice(0, 3).join("|");
 const objectId = (kind: string, namespace: string | undefined, name: string) => `${kind}|${namespace ?? ""}|${name}`;
 const seenId = (cluster: string, kind: string, o: KubeObject) => `${cluster}|${objectId(kind, o.metadata.namespace, o.metadata.name!)}`;
 
@@ -72,9 +70,10 @@ const observedReads = metrics.counter("ocmf_observed_reads_total", "Reads a func
 
 export type ObservedClients = { cluster(name: string): KubeClient };
 
-// What the API server answered an earlier try's confirming reads, by "<cluster>|<group>|<kind>|<namespace>|<name>"
-// (null: absent): a judgement again after a stale one starts from them, and they are not confirmed.
-export type Answered = ReadonlyMap<string, KubeObject | null>;
+// What the API server answered an earlier try's confirming reads, by kind ("<cluster>|<group>|<kind>")
+// and then object (null: absent): a judgement again after a stale one starts from them, and they are
+// not confirmed.
+export type Answered = ReadonlyMap<string, ReadonlyMap<string, KubeObject | null>>;
 
 // Clients for one reconcile: `live(cluster)` is the function's own, `observed` what the event handed.
 export function observedClients(fn: string, live: (cluster: string) => KubeClient, observed: Observed, seen: Seen, known: Answered = new Map()): ObservedClients {
@@ -89,7 +88,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
   // `confirm` reads it again and says whether it is the same as handed; an object's answer is kept for
   // a next judgement (`answered`), a list's is not (its kind is read again then)
   const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
-  const answered = new Map(known);
+  const answered = new Map([...known].map(([kind, objects]) => [kind, new Map(objects)]));
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
   const clients = new Map<string, KubeClient>();
 
@@ -132,7 +131,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     if (stale.length) {
       // with the kinds written before it: their handed state, and what was answered of them, went with the write
       const kinds = [...new Set([...stale.map((u) => kindId(u.cluster, u.r.group, u.r.kind)), ...dropped])];
-      const kept = new Map([...answered].filter(([key]) => !dropped.has(kindOfKey(key))));
+      const kept = new Map([...answered].filter(([kind]) => !dropped.has(kind)));
       throw new StaleStateError(`the state handed with the event has changed since (${stale.map((u) => u.id).join(", ")}): judging again with what the API server holds`, kinds, kept);
     }
   }
@@ -142,23 +141,24 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     const note = (o: KubeObject | undefined, kind: string) => noteSeen(seen, cluster, kind, o);
     const fresh = (o: KubeObject, kind: string) => !olderThan(o.metadata.resourceVersion, seen.get(seenId(cluster, kind, o)));
     const get = async <T extends KubeObject>(r: ApiResource, name: string, namespace?: string): Promise<T | undefined> => {
-      const key = `${cluster}|${r.group}|${objectId(r.kind, namespace, name)}`;
+      const kind = kindId(cluster, r.group, r.kind);
+      const id = objectId(r.kind, namespace, name);
       // the API server's answer to an earlier try's confirming read, needing no confirmation; else what was handed
-      const answer = dropped.has(kindId(cluster, r.group, r.kind)) ? undefined : answered.get(key);
+      const answer = dropped.has(kind) ? undefined : answered.get(kind)?.get(id);
       const found = answer !== undefined ? answer : lookup(cluster, r, name, namespace);
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
         if (found) note(found, r.kind);
         // handed absent and conditional: the function only creates it, and the API server answers that;
         // present, its content is what a write carries, so it is confirmed whole like any other
-        if (answer === undefined && (found !== null || !objects.get(kindId(cluster, r.group, r.kind))?.get(objectId(r.kind, namespace, name))?.conditional))
+        if (answer === undefined && (found !== null || !objects.get(kind)?.get(id)?.conditional))
           used.push({
             id: `${r.kind} ${namespace ? `${namespace}/` : ""}${name}`,
             cluster,
             r,
             confirm: async (c) => {
               const now = await c.get(r, name, namespace);
-              answered.set(key, now ?? null);
+              mapOf(answered, kind).set(id, now ?? null);
               note(now, r.kind);
               return sameObject(now, found ?? undefined);
             },

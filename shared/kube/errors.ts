@@ -52,7 +52,7 @@ export class KubeError extends Error {
 // (shared/observed.ts): not a write's stale resourceVersion but a stale judgement, so only a new
 // judgement may follow, never the same write made again. `kinds` names what was found changed or
 // written to, as "<cluster>|<group>|<kind>"; `answered`, what the API server answered the confirming
-// reads (null: absent), by "<cluster>|<group>|<kind>|<namespace>|<name>", less the kinds written to.
+// reads (null: absent), by kind as `kinds` names them and then by object, less the kinds written to.
 export class StaleStateError extends KubeError {
   readonly kinds: readonly string[];
   readonly answered: ReadonlyMap<string, unknown>;
