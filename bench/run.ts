@@ -13,12 +13,13 @@ import { eventsToConverged } from "./events-to-converged.ts";
 import { hubCost, fleetScale } from "./scale.ts";
 import { spoke } from "./spoke.ts";
 import { serving } from "./serving.ts";
+import { acceptance } from "./acceptance.ts";
 
 type Bench = { name: string; run(): Promise<Record<string, string | number>> };
-// Run only when named: broker and serving need root (a real node); hub-cost, fleet and spoke take minutes and run
-// OCM's programs beside ours (npm run bench -- hub-cost).
+// Run only when named: broker and serving need root (a real node); hub-cost, fleet, spoke and acceptance take
+// minutes and run OCM's programs beside ours (npm run bench -- hub-cost).
 const benches: Bench[] = [controlPlane, join, heartbeat, health, work, addon, placement, agentConfigBench, coldStart, eventsToConverged];
-const byName: Bench[] = [broker, serving, hubCost, fleetScale, spoke];
+const byName: Bench[] = [broker, serving, hubCost, fleetScale, spoke, acceptance];
 
 // Benchmarks start many function servers in one process, and the functions' runtime adds signal
 // listeners for each; they are expected here, not a leak.

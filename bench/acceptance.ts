@@ -1,0 +1,177 @@
+// Acceptance latency beside OCM's, in one run (`npm run bench -- acceptance`, no root): an accepted
+// ManagedCluster created until HubAccepted=True, one after another, on two hubs of this machine:
+//   - ours: the hub functions in local mode, fed by the hub relay, each under its own identity;
+//   - OCM v1.2.0's registration controller (DefaultClusterSet on, as ours), first under OCM's own
+//     ClusterRole for it, as its operator installs it, then as system:masters, as the hub-cost bench
+//     runs it (the API server then skips its RBAC escalation checks for the roles and bindings it writes).
+// Then the RBAC writes of one acceptance alone (rbacWaves), under cluster-acceptor's identity and as
+// system:masters: a role or binding written by an identity without `escalate` and `bind` is checked
+// against the writer's own rules, which the API server reads by consistent lists from its watch cache.
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parse } from "yaml";
+import { startClusters, type LocalCluster } from "../dev/control-plane/clusters.ts";
+import { identityFor } from "../dev/control-plane/identities.ts";
+import { findOcm, ocmModuleDir } from "../dev/control-plane/binaries.ts";
+import { stopProcess, type Managed } from "../dev/control-plane/processes.ts";
+import { startFleet } from "../dev/local/fleet.ts";
+import { ocmOwnCrds, startOcmHubProgram } from "../test/support/ocm-programs.ts";
+import { KubeClient } from "../shared/kube/client.ts";
+import { applyManifests } from "../shared/apply.ts";
+import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource } from "../shared/api/kube.ts";
+import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
+import { isTrue } from "../shared/conditions.ts";
+import { clusterNamespace, clusterRole, clusterRoleBinding, roleBinding } from "../functions/cluster-acceptor/rbac.ts";
+import { percentile, ms } from "./stats.ts";
+
+const SAMPLES = Number(process.env.ACCEPTANCE_SAMPLES || 20);
+// Between samples, so that one acceptance's follow-up writes are done before the next begins.
+const GAP_MS = 500;
+const HUB_NAMESPACE = "open-cluster-management-hub";
+const OCM_USER = "ocm-registration-controller";
+
+const pause = (msToWait: number) => new Promise((resolve) => setTimeout(resolve, msToWait));
+
+// Created until the watch shows HubAccepted=True; undefined when it did not come within 30 s.
+async function acceptLatency(admin: KubeClient, name: string): Promise<number | undefined> {
+  const { resourceVersion } = await admin.list(ManagedClusterResource, { fieldSelector: `metadata.name=${name}` });
+  let seen: (at: number) => void = () => {};
+  const accepted = new Promise<number>((resolve) => (seen = resolve));
+  const w = admin.watch(ManagedClusterResource, { fieldSelector: `metadata.name=${name}`, resourceVersion }, (e) => {
+    if (isTrue((e.object as ManagedCluster).status?.conditions, "HubAcceptedManagedCluster")) seen(performance.now());
+  });
+  try {
+    const start = performance.now();
+    await admin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
+    let timer: NodeJS.Timeout | undefined;
+    const at = await Promise.race([accepted, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), 30_000)))]);
+    clearTimeout(timer);
+    return at === undefined ? undefined : at - start;
+  } finally {
+    w.stop();
+  }
+}
+
+async function samplesOf(admin: KubeClient, prefix: string): Promise<number[]> {
+  const took: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) {
+    const t = await acceptLatency(admin, `${prefix}-${i}`);
+    if (t === undefined) throw new Error(`${prefix}-${i} was not accepted within 30 s`);
+    took.push(t);
+    await pause(GAP_MS);
+  }
+  return took;
+}
+
+// OCM's ClusterRole for its registration controller, its Go template filled for the default
+// ClusterManager with every optional part off.
+function ocmRegistrationRules(): unknown[] {
+  const file = join(ocmModuleDir(), "manifests", "cluster-manager", "hub", "registration", "clusterrole.yaml");
+  const text = readFileSync(file, "utf8")
+    .replace(/\{\{\s*if [^}]*\}\}[\s\S]*?\{\{\s*end\s*\}\}/g, "")
+    .replaceAll("{{ .ClusterManagerName }}", "cluster-manager")
+    .split("\n")
+    .filter((line) => !line.includes("{{"))
+    .join("\n");
+  const rules = (parse(text) as { rules?: unknown[] }).rules;
+  if (!rules?.length) throw new Error(`no rules in ${file}`);
+  return rules;
+}
+
+async function ocmSamples(plane: LocalCluster, admin: KubeClient, binary: string, kubeconfig: string, prefix: string): Promise<number[]> {
+  const controller: Managed = await startOcmHubProgram({ planeDir: plane.dir, name: `ocm-registration-${prefix}`, binary, command: "controller", kubeconfig, namespace: HUB_NAMESPACE, args: ["--feature-gates=DefaultClusterSet=true"] });
+  try {
+    await pause(3_000); // its informers before the first cluster (the hub-cost bench waits as long)
+    return await samplesOf(admin, prefix);
+  } finally {
+    await stopProcess(controller);
+  }
+}
+
+// Acceptance's RBAC writes alone, for fresh cluster names, GAP_MS apart, in the acceptor's two waves:
+// the namespace and the per-cluster ClusterRole at once, then its ClusterRoleBinding and the two
+// RoleBindings in the namespace at once. Each wave's time.
+async function rbacWaves(client: KubeClient, prefix: string): Promise<{ roles: number[]; bindings: number[] }> {
+  const roles: number[] = [];
+  const bindings: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) {
+    const c = `${prefix}-${i}`;
+    let t = performance.now();
+    await Promise.all([client.create(NamespaceResource, clusterNamespace(c)), client.create(ClusterRoleResource, clusterRole(c, true))]);
+    roles.push(performance.now() - t);
+    t = performance.now();
+    await Promise.all([
+      client.create(ClusterRoleBindingResource, clusterRoleBinding(c)),
+      client.create(RoleBindingResource, roleBinding(c, "registration")),
+      client.create(RoleBindingResource, roleBinding(c, "work")),
+    ]);
+    bindings.push(performance.now() - t);
+    await pause(GAP_MS);
+  }
+  return { roles, bindings };
+}
+
+const p50p95 = (s: readonly number[]) => `p50 ${ms(percentile(s, 50))}, p95 ${ms(percentile(s, 95))}`;
+
+export const acceptance = {
+  name: "acceptance",
+  async run() {
+    const { registration } = findOcm(["registration"]);
+    const figures: Record<string, string> = {};
+
+    const ours = await startClusters({ names: ["hub"], log: () => {} });
+    try {
+      const fleet = await startFleet({ clusters: ours, spokes: [], resyncMs: 600_000 });
+      try {
+        await pause(3_000);
+        figures["ours: created → HubAccepted"] = p50p95(await samplesOf(fleet.hub, "ours"));
+      } finally {
+        await fleet.stop();
+      }
+      const hub = ours.get("hub");
+      const admin = KubeClient.fromKubeconfig(hub.adminKubeconfig);
+      const acceptor = KubeClient.fromKubeconfig(await identityFor(hub, "cluster-acceptor", "-bench"));
+      try {
+        const asAcceptor = await rbacWaves(acceptor, "rbac-acceptor");
+        const asMasters = await rbacWaves(admin, "rbac-masters");
+        figures["RBAC as cluster-acceptor: namespace and role"] = p50p95(asAcceptor.roles);
+        figures["RBAC as cluster-acceptor: then the 3 bindings"] = p50p95(asAcceptor.bindings);
+        figures["RBAC as system:masters: namespace and role"] = p50p95(asMasters.roles);
+        figures["RBAC as system:masters: then the 3 bindings"] = p50p95(asMasters.bindings);
+      } finally {
+        acceptor.close();
+        admin.close();
+      }
+    } finally {
+      await ours.stop();
+    }
+
+    const ocmPlanes = await startClusters({ names: ["ocm"], crds: ocmOwnCrds(), admission: false, log: () => {} });
+    try {
+      const plane = ocmPlanes.get("ocm");
+      const admin = KubeClient.fromKubeconfig(plane.adminKubeconfig);
+      try {
+        await applyManifests(admin, readFileSync(join(import.meta.dirname, "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
+        await admin.create(NamespaceResource, { metadata: { name: HUB_NAMESPACE } });
+        const role = "open-cluster-management:cluster-manager-registration:controller";
+        await admin.create(ClusterRoleResource, { metadata: { name: role }, rules: ocmRegistrationRules() });
+        await admin.create(ClusterRoleBindingResource, {
+          metadata: { name: role },
+          roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role },
+          subjects: [{ kind: "User", apiGroup: "rbac.authorization.k8s.io", name: OCM_USER }],
+        });
+        const ownKubeconfig = join(plane.dir, `${OCM_USER}.kubeconfig`);
+        writeFileSync(ownKubeconfig, await plane.kubeconfigFor({ user: OCM_USER }), { mode: 0o600 });
+        figures["OCM, its own ClusterRole: created → HubAccepted"] = p50p95(await ocmSamples(plane, admin, registration, ownKubeconfig, "ocm-own"));
+        figures["OCM, system:masters: created → HubAccepted"] = p50p95(await ocmSamples(plane, admin, registration, join(plane.dir, "admin.kubeconfig"), "ocm-masters"));
+      } finally {
+        admin.close();
+      }
+    } finally {
+      await ocmPlanes.stop();
+    }
+    figures.samples = String(SAMPLES);
+    figures.OCM = "open-cluster-management.io/ocm v1.2.0 `registration controller`";
+    return figures;
+  },
+};
