@@ -9,8 +9,9 @@
 // - a reconcile that writes confirms first: before a write, every handed object and list it used
 //   since its last write is read again and compared whole, content and resourceVersion, and a
 //   difference throws a conflict (409, StaleStateError) that the runtime retries with what was handed
-//   of the other kinds and what the confirming reads answered (afterStale): those answers are the API
-//   server's own, so they are not read a third time. A reconcile that writes nothing reads nothing. Whole, because
+//   of the other kinds and what the API server answered this delivery's reads, confirming or not
+//   (afterStale): those answers are its own, so they are not read again (a consistent list may wait
+//   up to 100 ms for the API server's watch cache). A reconcile that writes nothing reads nothing. Whole, because
 //   whoever can reach a function's endpoint (a pod beside it, a Broker's ingress) can post an event
 //   that hands a real object's name and resourceVersion with content of its own: a write conditioned
 //   on that resourceVersion alone would pass the API server's check while judged from the forgery
@@ -70,10 +71,11 @@ const observedReads = metrics.counter("ocmf_observed_reads_total", "Reads a func
 
 export type ObservedClients = { cluster(name: string): KubeClient };
 
-// What the API server answered an earlier try's confirming reads, by kind ("<cluster>|<group>|<kind>")
-// and then object (null: absent): a judgement again after a stale one starts from them, and they are
-// not confirmed.
-export type Answered = ReadonlyMap<string, ReadonlyMap<string, KubeObject | null>>;
+// What the API server answered an earlier try's reads (a confirming read, or one the handed state could
+// not answer), by kind ("<cluster>|<group>|<kind>"): each object (null: absent) and each list by its
+// options. A judgement again after a stale one starts from them, and they are not confirmed.
+type KindAnswers = { objects: Map<string, KubeObject | null>; lists: Map<string, KubeObject[]> };
+export type Answered = ReadonlyMap<string, { readonly objects: ReadonlyMap<string, KubeObject | null>; readonly lists: ReadonlyMap<string, readonly KubeObject[]> }>;
 
 // Clients for one reconcile: `live(cluster)` is the function's own, `observed` what the event handed.
 export function observedClients(fn: string, live: (cluster: string) => KubeClient, observed: Observed, seen: Seen, known: Answered = new Map()): ObservedClients {
@@ -85,10 +87,15 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     lists.set(id, [...(lists.get(id) ?? []), l]);
   }
   const dropped = new Set<string>(); // kinds written to: their handed state no longer counts
-  // `confirm` reads it again and says whether it is the same as handed; an object's answer is kept for
-  // a next judgement (`answered`), a list's is not (its kind is read again then)
+  // `confirm` reads it again and says whether it is the same as handed; its answer is kept for a next
+  // judgement (`answered`), as is that of every read the handed state could not answer
   const used: { id: string; cluster: string; r: ApiResource; confirm: (client: KubeClient) => Promise<boolean> }[] = [];
-  const answered = new Map([...known].map(([kind, objects]) => [kind, new Map(objects)]));
+  const answered = new Map<string, KindAnswers>([...known].map(([kind, a]) => [kind, { objects: new Map(a.objects), lists: new Map([...a.lists].map(([k, items]) => [k, [...items]])) }]));
+  const answersOf = (kind: string): KindAnswers => {
+    let a = answered.get(kind);
+    if (!a) answered.set(kind, (a = { objects: new Map(), lists: new Map() }));
+    return a;
+  };
   let confirmedUpTo = 0; // used[0..confirmedUpTo) were read again before an earlier write
   const clients = new Map<string, KubeClient>();
 
@@ -144,7 +151,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       const kind = kindId(cluster, r.group, r.kind);
       const id = objectId(r.kind, namespace, name);
       // the API server's answer to an earlier try's confirming read, needing no confirmation; else what was handed
-      const answer = dropped.has(kind) ? undefined : answered.get(kind)?.get(id);
+      const answer = dropped.has(kind) ? undefined : answered.get(kind)?.objects.get(id);
       const found = answer !== undefined ? answer : lookup(cluster, r, name, namespace);
       if (found === null || (found && fresh(found, r.kind))) {
         observedReads.inc([fn, "handed"]);
@@ -158,7 +165,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
             r,
             confirm: async (c) => {
               const now = await c.get(r, name, namespace);
-              mapOf(answered, kind).set(id, now ?? null);
+              answersOf(kind).objects.set(id, now ?? null);
               note(now, r.kind);
               return sameObject(now, found ?? undefined);
             },
@@ -167,12 +174,19 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       }
       observedReads.inc([fn, found ? "stale" : "api"]);
       const got = await real.get<T>(r, name, namespace);
+      answersOf(kind).objects.set(id, got ? structuredClone(got) : null); // a copy: the function may change what it got
       note(got, r.kind);
       return got;
     };
     const list = async <T extends KubeObject>(r: ApiResource, o: Omit<ListOptions, "labelSelector"> & { labelSelector?: string | LabelQuery } = {}) => {
       const selector = typeof o.labelSelector === "object" ? (o.labelSelector.selects === "nothing" ? undefined : o.labelSelector.labelSelector) : o.labelSelector;
       const id = kindId(cluster, r.group, r.kind);
+      const optionsKey = JSON.stringify([o.namespace ?? "", typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing" ? "nothing" : (selector ?? ""), o.fieldSelector ?? ""]);
+      const earlier = dropped.has(id) ? undefined : answered.get(id)?.lists.get(optionsKey);
+      if (earlier) {
+        observedReads.inc([fn, "handed"]);
+        return { items: structuredClone(earlier) as T[], resourceVersion: "" };
+      }
       const byField = fieldFilter(o.fieldSelector);
       const candidates = byField && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id) ? (lists.get(id) ?? []).filter((l) => l.namespace === o.namespace) : [];
       // the list handed for that selector, or else the whole scope filtered here by it
@@ -183,11 +197,21 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
         observedReads.inc([fn, "handed"]);
         const items = match.items.filter((i) => byField!(i) && (!byLabels || byLabels(i)));
         for (const i of items) note(i, r.kind);
-        used.push({ id: `${r.kind} list`, cluster, r, confirm: async (c) => sameItems((await c.list(r, o)).items, items) });
+        used.push({
+          id: `${r.kind} list`,
+          cluster,
+          r,
+          confirm: async (c) => {
+            const now = (await c.list(r, o)).items;
+            answersOf(id).lists.set(optionsKey, now);
+            return sameItems(now, items);
+          },
+        });
         return { items: structuredClone(items) as T[], resourceVersion: "" };
       }
       observedReads.inc([fn, match ? "stale" : "api"]);
       const got = await real.list<T>(r, o);
+      answersOf(id).lists.set(optionsKey, structuredClone(got.items));
       for (const i of got.items) note(i, r.kind);
       return got;
     };

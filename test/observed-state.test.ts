@@ -24,7 +24,7 @@ import scheduler from "../functions/placement-scheduler/reconcile.ts";
 import acceptor from "../functions/cluster-acceptor/reconcile.ts";
 import clusterSets from "../functions/cluster-sets/reconcile.ts";
 import { DefaultClusterSetName, ManagedClusterSetBindingResource, ManagedClusterSetConditionType, ManagedClusterSetResource, type ManagedClusterSet } from "../shared/api/cluster.ts";
-import { ClusterRoleBindingResource, ClusterRoleResource, RoleBindingResource } from "../shared/api/kube.ts";
+import { CertificateSigningRequestResource, ClusterRoleBindingResource, ClusterRoleResource, RoleBindingResource } from "../shared/api/kube.ts";
 import { HubRbacName } from "../shared/api/register.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import { PlacementResource } from "../shared/api/cluster.ts";
@@ -336,6 +336,23 @@ describe("a stale view never writes", () => {
     expect(gets.filter((p) => p.startsWith(resourcePath(RoleBindingResource, { namespace: c })) || p.startsWith(resourcePath(ClusterRoleBindingResource)))).toEqual([]);
     expect(rec.writes()).toEqual(expect.arrayContaining([`POST ${resourcePath(RoleBindingResource, { namespace: c })}`, `POST ${resourcePath(ClusterRoleBindingResource)}`]));
     expect(await admin.get(RoleBindingResource, HubRbacName.workRoleBinding(c), c)).toBeDefined();
+  });
+
+  // With auto-approval on, a cluster not yet auto-accepted is judged by its bootstrap CSRs, a list the
+  // handed state does not answer: the API server's answer to it is the next judgement's too.
+  it("a judgement again after a stale one lists nothing the first one listed: with auto-approval on, the cluster's CSRs are listed once for the delivery", async () => {
+    const acceptorIdentity = await readyIdentity(hub.cluster, acceptor.spec.name, [ManagedClusterResource]);
+    const c = `cluster-${suffix()}`;
+    const cluster = await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
+    await admin.patch(ManagedClusterResource, c, { metadata: { labels: { "cluster.open-cluster-management.io/clusterset": "default" } } });
+    const rec = recordingRequests(testIo({ [HUB]: acceptorIdentity }, { hubCluster: HUB, autoApprovalUsers: ["system:bootstrap:nobody"] }));
+    const reply = await handleEvent(acceptor.spec, rec.io, handing(cluster, ManagedClusterResource, { objects: [handed(ManagedClusterResource, cluster)], lists: [] }));
+    expect(reply.statusCode, reply.body).toBe(204);
+    const paths = rec.requests.filter((r) => r.method === "GET").map((r) => r.path.split("?")[0]!);
+    // the first judgement's confirming read found the label, so the cluster was judged twice
+    expect(paths.filter((p) => p === resourcePath(ManagedClusterResource, { name: c }))).toHaveLength(1);
+    expect(paths.filter((p) => p === resourcePath(CertificateSigningRequestResource))).toHaveLength(1);
+    expect(findCondition((await admin.get<ManagedCluster>(ManagedClusterResource, c))?.status?.conditions, ManagedClusterConditionType.HubAccepted)?.status).toBe("True");
   });
 
   // A ClusterRole labelled aggregate-to-admin lends its rules to every namespace's admins.
