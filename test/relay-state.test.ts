@@ -84,6 +84,13 @@ describe("a related list narrower than the cache's selector", () => {
     expect(narrows("a=1,b=2", "b=2")).toBe(true);
     expect(narrows(undefined, "b=2")).toBe(false);
   });
+
+  it("is handed from a cache selected by a label's existence for a list that names the label's value, never for one that excludes a value", () => {
+    expect(handed(`${manager},open-cluster-management.io/cluster-name`)).toEqual([[`${manager},open-cluster-management.io/cluster-name=c1`, ["a/c1", "b/c1"]]]);
+    expect(narrows("a==1", "a")).toBe(true);
+    expect(narrows("a!=1", "a")).toBe(false);
+    expect(narrows("b=2", "a")).toBe(false);
+  });
 });
 
 describe("an update its watch looks at nothing of", () => {
@@ -203,7 +210,7 @@ describe("a root object its function's settled test holds for", () => {
   });
 
   it("is not sent to the acceptor once the cluster is accepted, finalized and not leaving, and is for its creation, a finalizer taken off, acceptance withdrawn, another HubAccepted or its deletion", () => {
-    const state = clusterAcceptor.state({ hubCluster: HUB } as never) as StateConfig;
+    const state = clusterAcceptor.state(clusterAcceptor.definition.config.parse({ hubCluster: HUB })) as StateConfig;
     const finalizers = ["cluster.open-cluster-management.io/api-resource-cleanup", "cluster.open-cluster-management.io/resource-cleanup"];
     const hubAccepted = { type: "HubAcceptedManagedCluster", status: "True", reason: "HubClusterAdminAccepted", message: "Accepted by hub cluster admin" };
     const done: KubeObject = { metadata: { name: "c1", resourceVersion: "3", finalizers }, spec: { hubAcceptsClient: true }, status: { conditions: [hubAccepted] } };

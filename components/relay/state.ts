@@ -83,7 +83,8 @@ function sizeOf(o: KubeObject): number {
 export function narrows(scope: string | undefined, cache: string | undefined): boolean {
   if (!cache || cache === scope) return true;
   if (!scope || /[()]/.test(cache) || /[()]/.test(scope)) return false;
-  const terms = new Set(scope.split(",").map((t) => t.trim()));
+  // a term `key=value` (or `key==value`) also says that the label is there: the cache's term `key`
+  const terms = new Set(scope.split(",").flatMap((t) => [t.trim(), ...(/^([^=!]+?)==?[^=]*$/.exec(t.trim())?.slice(1, 2).map((k) => k.trim()) ?? [])]));
   return cache.split(",").every((t) => terms.has(t.trim()));
 }
 

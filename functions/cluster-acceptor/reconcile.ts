@@ -22,7 +22,6 @@ import {
   CertificateSigningRequestResource,
   ClusterRoleBindingResource,
   ClusterRoleResource,
-  KubeAPIServerClientSignerName,
   LeaseResource,
   NamespaceResource,
   RoleBindingResource,
@@ -47,7 +46,6 @@ import { HubRbacName } from "../../shared/api/register.ts";
 import { CsrConditionType, type CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { bootstrapApprovable } from "../../shared/cluster-csr.ts";
 import { readRequest } from "../../shared/pki.ts";
-import { labelsQuery } from "../../shared/selector-query.ts";
 import { clusterNamespace, clusterRole, clusterRoleBinding, registrationClusterRole, roleBinding, workClusterRole } from "./rbac.ts";
 
 // Both hub functions read the same settings (shared/settings.ts).
@@ -87,14 +85,21 @@ export default defineFunction({
       resource: ManagedClusterResource,
       mode: "Either",
       root: true,
-      related: acceptedObjects("{name}"),
+      related: [...acceptedObjects("{name}"), ...(c.autoApprovalUsers.length > 0 ? [clusterCsrs("{name}")] : [])],
       changes: ["spec.hubAcceptsClient", "metadata.deletionTimestamp", "metadata.annotations", "status.conditions"],
     },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
       // each handed with the resync tick, which judges from their lists
       (resource): Watch<Config> => ({ cluster: c.hubCluster, resource, labelSelector: ClusterLabel.ClusterName, verbs: ["update", "delete"], keys: (e, io) => keysOfLabelled(e, io, resource), onTick: true }),
     ),
-    { cluster: c.hubCluster, resource: CertificateSigningRequestResource, labelSelector: ClusterLabel.ClusterName, verbs: ["add"], keys: keysOfCsr, related: acceptedObjects(`{label:${ClusterLabel.ClusterName}}`) },
+    {
+      cluster: c.hubCluster,
+      resource: CertificateSigningRequestResource,
+      labelSelector: ClusterLabel.ClusterName,
+      verbs: ["add"],
+      keys: keysOfCsr,
+      related: [...acceptedObjects(`{label:${ClusterLabel.ClusterName}}`), clusterCsrs(`{label:${ClusterLabel.ClusterName}}`)],
+    },
     ...[ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource].map(
       (resource): Watch<Config> => ({
         cluster: c.hubCluster,
@@ -166,6 +171,11 @@ const acceptedObjects = (c: string): Related[] => [
     { resource: RoleBindingResource, namespace: c, name: HubRbacName.workRoleBinding(c) },
   ].map((r) => ({ ...r, conditional: true })),
 ];
+
+// The CSRs labelled with the cluster's name (`c` as in acceptedObjects), by which a cluster awaiting
+// auto-acceptance is judged: handed with its events while auto-approval is on (bootstrappedByAutoApprovalUser).
+const clusterCsrsSelector = (c: string) => `${ClusterLabel.ClusterName}=${c}`;
+const clusterCsrs = (c: string): Related => ({ resource: CertificateSigningRequestResource, labelSelector: clusterCsrsSelector(c) });
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
 // one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting
@@ -348,13 +358,12 @@ export function isAutoAcceptPending(c: ManagedCluster, config: Config): boolean 
   return config.autoApprovalUsers.length > 0 && c.metadata.annotations?.[ClusterAnnotation.AutomaticallyAcceptedOn] === undefined;
 }
 
+// By the cluster-name label alone, as the event hands them (clusterCsrs): an add-on's CSR is left out
+// here, another signer's by bootstrapApprovable.
 async function bootstrappedByAutoApprovalUser(hub: KubeClient, cluster: string, autoApproval: readonly string[]): Promise<boolean> {
-  const { items } = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, {
-    labelSelector: labelsQuery({ [ClusterLabel.ClusterName]: cluster }, { absent: [AddonNameLabel] }),
-    fieldSelector: `spec.signerName=${KubeAPIServerClientSignerName}`,
-  });
+  const { items } = await hub.list<CertificateSigningRequest>(CertificateSigningRequestResource, { labelSelector: clusterCsrsSelector(cluster) });
   for (const csr of items) {
-    if (isDenied(csr)) continue;
+    if (csr.metadata.labels?.[AddonNameLabel] !== undefined || isDenied(csr)) continue;
     const judged = bootstrapApprovable(csr, await readRequest(csr.spec.request), autoApproval);
     if (!("reason" in judged) && judged.cluster === cluster) return true;
   }

@@ -33,7 +33,7 @@ import { ManagedClusterAddOnV1alpha1Resource } from "../../shared/api/addon.ts";
 import { ManifestWorkResource, WorkFinalizer } from "../../shared/api/work.ts";
 import { AgentConfigName, AgentConfigResource } from "../../shared/api/agent-config.ts";
 import { HubRbacName, RegisterGroup, RegisterResource, RegisterSubresource, RegisterVerb } from "../../shared/api/register.ts";
-import { CsrUsages, ManagedClustersGroup, agentUser, clusterGroup } from "../../shared/api/registration.ts";
+import { AddonNameLabel, CsrUsages, ManagedClustersGroup, agentUser, clusterGroup } from "../../shared/api/registration.ts";
 import type { CertificateSigningRequest } from "../../shared/api/certificates.ts";
 import { findCondition } from "../../shared/conditions.ts";
 import { microTime } from "../../shared/clock.ts";
@@ -86,11 +86,12 @@ async function setAccepts(c: string, hubAcceptsClient: boolean): Promise<Managed
 }
 
 // The bootstrap CSR an agent of cluster c makes with the given bootstrap identity.
-async function bootstrapCsr(requester: KubeClient, c: string, commonName = agentUser(c, "agent1")): Promise<CertificateSigningRequest> {
+// `labels` go beside the cluster-name label; `signerName` replaces kube-apiserver-client's.
+async function bootstrapCsr(requester: KubeClient, c: string, commonName = agentUser(c, "agent1"), o: { labels?: Record<string, string>; signerName?: string } = {}): Promise<CertificateSigningRequest> {
   const request = await createCertificateRequest({ commonName, organizations: [clusterGroup(c), ManagedClustersGroup] }, await generateKeyPair());
   const body: CertificateSigningRequest = {
-    metadata: { name: `${c}-${suffix()}`, labels: { [ClusterLabel.ClusterName]: c } },
-    spec: { request: Buffer.from(request).toString("base64"), signerName: KubeAPIServerClientSignerName, usages: [...CsrUsages] },
+    metadata: { name: `${c}-${suffix()}`, labels: { [ClusterLabel.ClusterName]: c, ...o.labels } },
+    spec: { request: Buffer.from(request).toString("base64"), signerName: o.signerName ?? KubeAPIServerClientSignerName, usages: [...CsrUsages] },
   };
   return eventually(() => requester.create(CertificateSigningRequestResource, body));
 }
@@ -168,7 +169,7 @@ type Scenario = {
   name: string;
   given: {
     hubAcceptsClient: boolean;
-    bootstrapCsrBy?: "auto-approval user" | "another user" | "auto-approval user, nonsense CN" | "edge-only auto-approval user";
+    bootstrapCsrBy?: "auto-approval user" | "another user" | "auto-approval user, nonsense CN" | "edge-only auto-approval user" | "auto-approval user, as an add-on's" | "auto-approval user, for another signer";
     namePrefix?: string; // cluster names are <prefix><random>; "c" unless set
   };
   // admin changes, each followed by the event the change produces
@@ -195,6 +196,9 @@ const scenarios: Scenario[] = [
     when: ["reconcile"],
     then: untouchedState,
   },
+  // Only the cluster's own bootstrap CSR counts: not an add-on's, nor one for another signer.
+  { name: "does not auto-accept a cluster for an auto-approval user's CSR labelled as an add-on's", given: { hubAcceptsClient: false, bootstrapCsrBy: "auto-approval user, as an add-on's" }, when: ["reconcile"], then: untouchedState },
+  { name: "does not auto-accept a cluster for an auto-approval user's CSR to another signer", given: { hubAcceptsClient: false, bootstrapCsrBy: "auto-approval user, for another signer" }, when: ["reconcile"], then: untouchedState },
   { name: "auto-accepts a cluster a narrowed auto-approval user may register (edge-*)", given: { hubAcceptsClient: false, bootstrapCsrBy: "edge-only auto-approval user", namePrefix: "edge-" }, when: ["reconcile"], then: { ...acceptedState, autoAccepted: true } },
   { name: "does not auto-accept a cluster outside a narrowed auto-approval user's names", given: { hubAcceptsClient: false, bootstrapCsrBy: "edge-only auto-approval user" }, when: ["reconcile"], then: untouchedState },
   {
@@ -213,6 +217,8 @@ describe("accepting and denying clusters", () => {
     if (by === "auto-approval user" || by === "another user") await bootstrapCsr(by === "auto-approval user" ? autoApprover.client : otherBootstrapper.client, c);
     if (by === "auto-approval user, nonsense CN") await bootstrapCsr(autoApprover.client, c, "nonsense");
     if (by === "edge-only auto-approval user") await bootstrapCsr(edgeBootstrapper.client, c);
+    if (by === "auto-approval user, as an add-on's") await bootstrapCsr(autoApprover.client, c, undefined, { labels: { [AddonNameLabel]: "an-addon" } });
+    if (by === "auto-approval user, for another signer") await bootstrapCsr(autoApprover.client, c, undefined, { signerName: "example.com/other" });
     for (const step of when) {
       const changed = step === "reconcile" ? created : await setAccepts(c, step.endsWith("true"));
       await deliver(clusterEvent(changed));
