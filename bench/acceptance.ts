@@ -9,13 +9,12 @@
 // against the writer's own rules, which the API server reads by consistent lists from its watch cache.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parse } from "yaml";
 import { startClusters, type LocalCluster } from "../dev/control-plane/clusters.ts";
 import { identityFor } from "../dev/control-plane/identities.ts";
-import { findOcm, ocmModuleDir } from "../dev/control-plane/binaries.ts";
+import { findOcm } from "../dev/control-plane/binaries.ts";
 import { stopProcess, type Managed } from "../dev/control-plane/processes.ts";
 import { startFleet } from "../dev/local/fleet.ts";
-import { ocmOwnCrds, startOcmHubProgram } from "../test/support/ocm-programs.ts";
+import { ocmHubControllerRules, ocmOwnCrds, startOcmHubProgram } from "../test/support/ocm-programs.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource } from "../shared/api/kube.ts";
@@ -61,21 +60,6 @@ async function samplesOf(admin: KubeClient, prefix: string): Promise<number[]> {
     await pause(GAP_MS);
   }
   return took;
-}
-
-// OCM's ClusterRole for its registration controller, its Go template filled for the default
-// ClusterManager with every optional part off.
-function ocmRegistrationRules(): unknown[] {
-  const file = join(ocmModuleDir(), "manifests", "cluster-manager", "hub", "registration", "clusterrole.yaml");
-  const text = readFileSync(file, "utf8")
-    .replace(/\{\{\s*if [^}]*\}\}[\s\S]*?\{\{\s*end\s*\}\}/g, "")
-    .replaceAll("{{ .ClusterManagerName }}", "cluster-manager")
-    .split("\n")
-    .filter((line) => !line.includes("{{"))
-    .join("\n");
-  const rules = (parse(text) as { rules?: unknown[] }).rules;
-  if (!rules?.length) throw new Error(`no rules in ${file}`);
-  return rules;
 }
 
 async function ocmSamples(plane: LocalCluster, admin: KubeClient, binary: string, kubeconfig: string, prefix: string): Promise<number[]> {
@@ -154,7 +138,7 @@ export const acceptance = {
         await applyManifests(admin, readFileSync(join(import.meta.dirname, "..", "manifests", "hub", "bootstrap-rbac.yaml"), "utf8"));
         await admin.create(NamespaceResource, { metadata: { name: HUB_NAMESPACE } });
         const role = "open-cluster-management:cluster-manager-registration:controller";
-        await admin.create(ClusterRoleResource, { metadata: { name: role }, rules: ocmRegistrationRules() });
+        await admin.create(ClusterRoleResource, { metadata: { name: role }, rules: ocmHubControllerRules("registration") });
         await admin.create(ClusterRoleBindingResource, {
           metadata: { name: role },
           roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: role },

@@ -11,11 +11,10 @@
 import { describe, it, expect, beforeAll, afterAll } from "vitest";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parse } from "yaml";
-import { findOcm, ocmModuleDir } from "../dev/control-plane/binaries.ts";
+import { findOcm } from "../dev/control-plane/binaries.ts";
 import { startClusters, type LocalClusters } from "../dev/control-plane/clusters.ts";
 import { logTail, stopProcess, type Managed } from "../dev/control-plane/processes.ts";
-import { startOcmHubProgram } from "./support/ocm-programs.ts";
+import { ocmHubControllerRules, startOcmHubProgram } from "./support/ocm-programs.ts";
 import { KubeClient } from "../shared/kube/client.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource } from "../shared/api/kube.ts";
@@ -44,22 +43,9 @@ let ours: KubeClient | undefined;
 let manager: Managed | undefined;
 let io: Io<Config>;
 
-// OCM's ClusterRole for its add-on manager, its Go template filled for the default ClusterManager.
-function ocmAddonManagerRules(): unknown[] {
-  const file = join(ocmModuleDir(), "manifests", "cluster-manager", "hub", "addon-manager", "clusterrole.yaml");
-  const text = readFileSync(file, "utf8")
-    .replaceAll("{{ .ClusterManagerName }}", "cluster-manager")
-    .split("\n")
-    .filter((line) => !line.includes("{{"))
-    .join("\n");
-  const rules = (parse(text) as { rules?: unknown[] }).rules;
-  if (!rules?.length) throw new Error(`no rules in ${file}`);
-  return rules;
-}
-
 beforeAll(async () => {
   const programs = findOcm(["addon"]);
-  const rules = ocmAddonManagerRules();
+  const rules = ocmHubControllerRules("addon-manager");
   planes = await startClusters({ names: [OCM, OURS] });
   const ocmPlane = planes.get(OCM);
   ocm = KubeClient.fromKubeconfig(ocmPlane.adminKubeconfig);

@@ -6,7 +6,7 @@ import { dirname, join } from "node:path";
 import { parse } from "yaml";
 import { freePort, startClusters, type LocalCluster } from "../../dev/control-plane/clusters.ts";
 import { logTail, startProcess, stopProcess, type Managed } from "../../dev/control-plane/processes.ts";
-import { findOcm, ocmApiModuleDir } from "../../dev/control-plane/binaries.ts";
+import { findOcm, ocmApiModuleDir, ocmModuleDir } from "../../dev/control-plane/binaries.ts";
 import { KubeClient } from "../../shared/kube/client.ts";
 import { NamespaceResource } from "../../shared/api/kube.ts";
 import { applyManifests } from "../../shared/apply.ts";
@@ -23,6 +23,21 @@ export async function startOcmHubProgram(o: { planeDir: string; name: string; bi
     `--listen=127.0.0.1:${await freePort()}`,
     ...(o.args ?? []),
   ]);
+}
+
+// OCM's ClusterRole for one of its hub controllers (manifests/cluster-manager/hub/<component>/ in its
+// module), its Go template filled for the default ClusterManager with every optional part left out.
+export function ocmHubControllerRules(component: "addon-manager" | "registration"): unknown[] {
+  const file = join(ocmModuleDir(), "manifests", "cluster-manager", "hub", component, "clusterrole.yaml");
+  const text = readFileSync(file, "utf8")
+    .replace(/\{\{\s*if [^}]*\}\}[\s\S]*?\{\{\s*end\s*\}\}/g, "")
+    .replaceAll("{{ .ClusterManagerName }}", "cluster-manager")
+    .split("\n")
+    .filter((line) => !line.includes("{{"))
+    .join("\n");
+  const rules = (parse(text) as { rules?: unknown[] }).rules;
+  if (!rules?.length) throw new Error(`no rules in ${file}`);
+  return rules;
 }
 
 // OCM's CRDs as its module publishes them; of a kind shipped twice, the file with the most versions
