@@ -150,7 +150,7 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
     const get = async <T extends KubeObject>(r: ApiResource, name: string, namespace?: string): Promise<T | undefined> => {
       const kind = kindId(cluster, r.group, r.kind);
       const id = objectId(r.kind, namespace, name);
-      // the API server's answer to an earlier try's confirming read, needing no confirmation; else what was handed
+      // what the API server answered an earlier read of it in this delivery, needing no confirmation; else what was handed
       const answer = dropped.has(kind) ? undefined : answered.get(kind)?.objects.get(id);
       const found = answer !== undefined ? answer : lookup(cluster, r, name, namespace);
       if (found === null || (found && fresh(found, r.kind))) {
@@ -179,16 +179,17 @@ export function observedClients(fn: string, live: (cluster: string) => KubeClien
       return got;
     };
     const list = async <T extends KubeObject>(r: ApiResource, o: Omit<ListOptions, "labelSelector"> & { labelSelector?: string | LabelQuery } = {}) => {
-      const selector = typeof o.labelSelector === "object" ? (o.labelSelector.selects === "nothing" ? undefined : o.labelSelector.labelSelector) : o.labelSelector;
+      const selectsNothing = typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing";
+      const selector = typeof o.labelSelector === "object" ? (o.labelSelector.selects === "matching" ? o.labelSelector.labelSelector : undefined) : o.labelSelector;
       const id = kindId(cluster, r.group, r.kind);
-      const optionsKey = JSON.stringify([o.namespace ?? "", typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing" ? "nothing" : (selector ?? ""), o.fieldSelector ?? ""]);
+      const optionsKey = JSON.stringify([o.namespace ?? "", selectsNothing ? "nothing" : (selector ?? ""), o.fieldSelector ?? ""]);
       const earlier = dropped.has(id) ? undefined : answered.get(id)?.lists.get(optionsKey);
       if (earlier) {
         observedReads.inc([fn, "handed"]);
         return { items: structuredClone(earlier) as T[], resourceVersion: "" };
       }
       const byField = fieldFilter(o.fieldSelector);
-      const candidates = byField && !(typeof o.labelSelector === "object" && o.labelSelector.selects === "nothing") && !dropped.has(id) ? (lists.get(id) ?? []).filter((l) => l.namespace === o.namespace) : [];
+      const candidates = byField && !selectsNothing && !dropped.has(id) ? (lists.get(id) ?? []).filter((l) => l.namespace === o.namespace) : [];
       // the list handed for that selector, or else the whole scope filtered here by it
       const exact = candidates.find((l) => (l.labelSelector || undefined) === (selector || undefined));
       const byLabels = exact || !selector ? undefined : labelFilter(selector);

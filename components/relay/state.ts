@@ -83,9 +83,15 @@ function sizeOf(o: KubeObject): number {
 export function narrows(scope: string | undefined, cache: string | undefined): boolean {
   if (!cache || cache === scope) return true;
   if (!scope || /[()]/.test(cache) || /[()]/.test(scope)) return false;
-  // a term `key=value` (or `key==value`) also says that the label is there: the cache's term `key`
-  const terms = new Set(scope.split(",").flatMap((t) => [t.trim(), ...(/^([^=!]+?)==?[^=]*$/.exec(t.trim())?.slice(1, 2).map((k) => k.trim()) ?? [])]));
+  const terms = new Set(scope.split(",").flatMap((t) => termsSaidBy(t.trim())));
   return cache.split(",").every((t) => terms.has(t.trim()));
+}
+
+// A term, and the existence term `key` that a `key=value` (or `key==value`) says too; `key!=value`
+// says nothing of whether the label is there.
+function termsSaidBy(term: string): string[] {
+  const key = /^([^=!]+?)==?[^=]*$/.exec(term)?.[1]?.trim();
+  return key ? [term, key] : [term];
 }
 
 // The objects in a cache that `scope` selects, if the cache holds all of them and they fit the budget.

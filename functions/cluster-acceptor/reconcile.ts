@@ -85,7 +85,7 @@ export default defineFunction({
       resource: ManagedClusterResource,
       mode: "Either",
       root: true,
-      related: [...acceptedObjects("{name}"), ...(c.autoApprovalUsers.length > 0 ? [clusterCsrs("{name}")] : [])],
+      related: [...acceptedObjects("{name}"), ...clusterCsrs(c, "{name}")],
       changes: ["spec.hubAcceptsClient", "metadata.deletionTimestamp", "metadata.annotations", "status.conditions"],
     },
     ...[ClusterRoleResource, ClusterRoleBindingResource, RoleResource, RoleBindingResource, NamespaceResource].map(
@@ -98,7 +98,7 @@ export default defineFunction({
       labelSelector: ClusterLabel.ClusterName,
       verbs: ["add"],
       keys: keysOfCsr,
-      related: [...acceptedObjects(`{label:${ClusterLabel.ClusterName}}`), clusterCsrs(`{label:${ClusterLabel.ClusterName}}`)],
+      related: [...acceptedObjects(`{label:${ClusterLabel.ClusterName}}`), ...clusterCsrs(c, `{label:${ClusterLabel.ClusterName}}`)],
     },
     ...[ManifestWorkResource, ManagedClusterAddOnV1alpha1Resource].map(
       (resource): Watch<Config> => ({
@@ -173,9 +173,10 @@ const acceptedObjects = (c: string): Related[] => [
 ];
 
 // The CSRs labelled with the cluster's name (`c` as in acceptedObjects), by which a cluster awaiting
-// auto-acceptance is judged: handed with its events while auto-approval is on (bootstrappedByAutoApprovalUser).
+// auto-acceptance is judged (bootstrappedByAutoApprovalUser): handed with its events while auto-approval is on.
 const clusterCsrsSelector = (c: string) => `${ClusterLabel.ClusterName}=${c}`;
-const clusterCsrs = (c: string): Related => ({ resource: CertificateSigningRequestResource, labelSelector: clusterCsrsSelector(c) });
+const clusterCsrs = (config: Config, c: string): Related[] =>
+  config.autoApprovalUsers.length > 0 ? [{ resource: CertificateSigningRequestResource, labelSelector: clusterCsrsSelector(c) }] : [];
 
 // A resync tick reconciles the clusters that differ from what their last reconcile leaves, judged from
 // one list per kind instead of a reconcile (nine reads) per cluster: one deleting, awaiting
