@@ -120,10 +120,16 @@ describe("the hub's functions as Knative Services on a node, with Knative Servin
     }
     // Ready proves no route: each answers a request the way a Trigger's delivery goes.
     await requestEachKnativeService({ serving: env.serving!, namespace: env.namespace, functions: env.functions, deadline: Date.now() + 60_000 });
-    // Each revision pod runs the function's image beside Knative's queue-proxy, on the node.
+    // Each revision pod runs the function's image beside Knative's queue-proxy, on the node. A function
+    // that answered first may be back at zero by the time it is looked at (the windows are 6 s): asked
+    // again, it is up when the answer comes.
     for (const fn of env.functions) {
       const pods = await eventually(async () => {
-        const got = (await podsOf(fn)).filter((p) => !p.metadata.deletionTimestamp);
+        let got = (await podsOf(fn)).filter((p) => !p.metadata.deletionTimestamp);
+        if (got.length === 0) {
+          await requestEachKnativeService({ serving: env.serving!, namespace: env.namespace, functions: [fn], deadline: Date.now() + 30_000 });
+          got = (await podsOf(fn)).filter((p) => !p.metadata.deletionTimestamp);
+        }
         expect(got.length, fn).toBeGreaterThan(0);
         return got;
       });
