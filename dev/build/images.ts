@@ -14,11 +14,12 @@
 // password, if it asks for them, come from OCM_FUNCTIONS_REGISTRY_USER and OCM_FUNCTIONS_REGISTRY_PASSWORD.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, lstatSync, rmSync } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { image, layer, sourceDateEpoch, writeArchive, type Image, type Layer, type TarEntry } from "./oci.ts";
 import { Registry, type PushResult } from "./push.ts";
+import { cacheRoot } from "../control-plane/binaries.ts";
 
 const repoRoot = join(import.meta.dirname, "..", "..");
 
@@ -39,7 +40,7 @@ export type BuiltImage = { name: string; image: Image; reference: string; archiv
 export type Build = { images: BuiltImage[]; base: Layer; node: Layer; nodeVersion: string; seconds: Record<"base" | "node" | "apps", number> };
 
 export function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  return join(env.OCM_FUNCTIONS_CACHE ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "ocm-functions"), "images");
+  return join(cacheRoot(env), "images");
 }
 
 const run = (cmd: string, args: string[], cwd?: string): string =>

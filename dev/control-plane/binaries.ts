@@ -3,8 +3,15 @@
 // where OCM's clusteradm is (tools/clusteradm).
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
+import { homedir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+
+// The cache every run on this machine shares (scripts/build-tools.sh's): OCM_FUNCTIONS_CACHE, else
+// ocm-functions under XDG_CACHE_HOME or ~/.cache.
+export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
+  return env.OCM_FUNCTIONS_CACHE ?? join(env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "ocm-functions");
+}
 
 export type Binaries = { etcd: string; apiserver: string; controllerManager: string };
 

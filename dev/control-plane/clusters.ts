@@ -1,13 +1,13 @@
 // Real local Kubernetes clusters for tests and `npm start`: one etcd, and per cluster a
 // kube-apiserver and kube-controller-manager on loopback with certificate authorities of its own.
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, renameSync, rmSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createServer } from "node:net";
 import { request } from "node:https";
 import { request as httpRequest } from "node:http";
-import { randomBytes } from "node:crypto";
+import { randomBytes, createHash } from "node:crypto";
 import { CoreV1Api, KubeConfig } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
 import { createCertificateAuthority, issueCertificate, generateKeyPair, privateKeyToPem, publicKeyToPem, type CertificateAuthority } from "../../shared/pki.ts";
@@ -18,7 +18,7 @@ import { CustomResourceDefinitionResource } from "../../shared/api/kube.ts";
 import type { ApiResource } from "../../shared/api/meta.ts";
 import { ManagedClusterResource, ManagedClusterSetBindingResource } from "../../shared/api/cluster.ts";
 import { ManifestWorkResource } from "../../shared/api/work.ts";
-import { findBinaries, type Binaries } from "./binaries.ts";
+import { cacheRoot, findBinaries, type Binaries } from "./binaries.ts";
 import { startGuard, startProcess, stopProcess, logTail, type Managed } from "./processes.ts";
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -170,13 +170,23 @@ export function ocmCrds(): object[] {
     .flatMap((f) => parseAllDocuments(readFileSync(join(dir, f), "utf8")).map((d) => d.toJS() as object));
 }
 
+type Crd = KubeObject & { status?: { conditions?: { type: string; status: string }[] } };
+
 // Through our raw client: client-node's typed serializer drops the x-kubernetes-* schema keys.
 async function installCrds(cluster: LocalCluster, crds: readonly object[]): Promise<void> {
   const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
-  type Crd = KubeObject & { status?: { conditions?: { type: string; status: string }[] } };
   try {
-    const created = await Promise.all(crds.map((body) => client.create<Crd>(CustomResourceDefinitionResource, body as Crd)));
-    for (const crd of created) {
+    await Promise.all(crds.map((body) => client.create<Crd>(CustomResourceDefinitionResource, body as Crd)));
+  } finally {
+    client.close();
+  }
+  await untilEstablished(cluster, crds);
+}
+
+async function untilEstablished(cluster: LocalCluster, crds: readonly object[]): Promise<void> {
+  const client = KubeClient.fromKubeconfig(cluster.adminKubeconfig);
+  try {
+    for (const crd of crds as Crd[]) {
       const name = crd.metadata.name!;
       await poll(`CRD ${name} on ${cluster.name}`, async () => {
         const got = await client.get<Crd>(CustomResourceDefinitionResource, name);
@@ -191,6 +201,46 @@ async function installCrds(cluster: LocalCluster, crds: readonly object[]): Prom
 export function ocmAdmissionPolicies(): object[] {
   const text = readFileSync(join(repoRoot, "manifests", "hub", "admission-policies.yaml"), "utf8");
   return parseAllDocuments(text).map((d) => d.toJS() as object);
+}
+
+// A cluster's CRDs and admission policies, as one start's API server stored them in etcd, put under the
+// next cluster's etcd prefix before its API server starts. The API server sleeps 2 s in every create
+// of a custom resource whose CRD turned Established less than 2 s before (an HA safeguard in
+// apiextensions-apiserver's handler); a seeded CRD was established long ago, and is not created again.
+// Kept by what decides the stored bytes: the API server binary, the CRDs and whether the policies go in.
+// The first start of each such set stores them as usual and keeps what etcd then holds.
+const seededKinds = ["apiextensions.k8s.io/customresourcedefinitions/", "validatingadmissionpolicies/", "validatingadmissionpolicybindings/"];
+type Seed = { key: string; value: string }[]; // key: after the cluster's prefix; value: base64, as etcd's JSON API gives it
+
+function seedPath(bin: Binaries, crds: readonly object[], admission: boolean): string {
+  const hash = createHash("sha256").update(JSON.stringify({ apiserver: bin.apiserver, crds, policies: admission ? ocmAdmissionPolicies() : [] })).digest("hex").slice(0, 16);
+  return join(cacheRoot(), "control-plane-seeds", `${hash}.json`);
+}
+
+async function etcdCall<T>(etcdUrl: string, path: string, body: object): Promise<T> {
+  const res = await fetch(`${etcdUrl}/v3/kv/${path}`, { method: "POST", body: JSON.stringify(body) });
+  if (!res.ok) throw new Error(`etcd ${path}: HTTP ${res.status} ${await res.text()}`);
+  return (await res.json()) as T;
+}
+
+const b64 = (text: string) => Buffer.from(text).toString("base64");
+
+async function keepSeed(etcdUrl: string, name: string, path: string): Promise<void> {
+  const seed: Seed = [];
+  for (const kind of seededKinds) {
+    const prefix = `/${name}/${kind}`;
+    const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+    const { kvs = [] } = await etcdCall<{ kvs?: { key: string; value: string }[] }>(etcdUrl, "range", { key: b64(prefix), range_end: b64(end) });
+    for (const kv of kvs) seed.push({ key: Buffer.from(kv.key, "base64").toString().slice(name.length + 2), value: kv.value });
+  }
+  mkdirSync(dirname(path), { recursive: true });
+  const partial = `${path}.${process.pid}`;
+  writeFileSync(partial, JSON.stringify(seed));
+  renameSync(partial, path); // whole or not at all, when two starts keep the same set at once
+}
+
+async function plantSeed(etcdUrl: string, name: string, seed: Seed): Promise<void> {
+  await etcdCall(etcdUrl, "txn", { success: seed.map(({ key, value }) => ({ request_put: { key: b64(`/${name}/${key}`), value } })) });
 }
 
 const admissionGroup = { group: "admissionregistration.k8s.io", version: "v1", namespaced: false } as const;
@@ -297,6 +347,14 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
   };
   for (const [f, text] of Object.entries(files)) writeFileSync(join(dir, f), text, { mode: 0o600 });
 
+  // The policies match OCM kinds, and their probes need them served.
+  const crds = o.crds ?? ocmCrds();
+  const admission = o.admission ?? crds !== false;
+  if (admission && crds === false) throw new Error("admission policies need the OCM CRDs (crds: false was given)");
+  const seed = crds !== false && crds.length ? seedPath(bin, crds, admission) : undefined;
+  const seeded = seed && existsSync(seed) ? (JSON.parse(readFileSync(seed, "utf8")) as Seed) : undefined;
+  if (seeded) await plantSeed(etcdUrl, name, seeded);
+
   cluster.apiserver = startProcess(runDir, `${name}-apiserver`, bin.apiserver, [
     `--etcd-servers=${etcdUrl}`,
     `--etcd-prefix=/${name}`,
@@ -324,12 +382,8 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
   cluster.adminKubeconfig = await cluster.kubeconfigFor({ user: "admin", groups: ["system:masters"] });
   writeFileSync(join(dir, "admin.kubeconfig"), cluster.adminKubeconfig, { mode: 0o600 });
 
-  // The policies match OCM kinds, and their probes need them served.
-  const crds = o.crds ?? ocmCrds();
-  const admission = o.admission ?? crds !== false;
-  if (admission && crds === false) throw new Error("admission policies need the OCM CRDs (crds: false was given)");
   // Created now, they are loaded while the controller manager starts and the CRDs are established.
-  const policiesCreated = admission ? createAdmissionPolicies(cluster) : Promise.resolve();
+  const policiesCreated = admission && !seeded ? createAdmissionPolicies(cluster) : Promise.resolve();
   policiesCreated.catch(() => {}); // awaited below; this only keeps an early failure from going unhandled
 
   const controllers = o.controllers ?? DEFAULT_CONTROLLERS;
@@ -349,9 +403,10 @@ async function startCluster(run: Run, name: string, o: StartOptions): Promise<Lo
     run.started.push(cluster.controllerManager);
     await poll(`kube-controller-manager ${name}`, () => httpOk(`https://127.0.0.1:${healthPort}/healthz`, "self-signed"), 60_000, exitedEarly(cluster.controllerManager));
   }
-  if (crds !== false && crds.length) await installCrds(cluster, crds);
+  if (crds !== false && crds.length) await (seeded ? untilEstablished(cluster, crds) : installCrds(cluster, crds));
   await policiesCreated;
   if (admission) await untilAdmissionEnforced(cluster);
+  if (seed && !seeded) await keepSeed(etcdUrl, name, seed);
   return cluster;
 }
 
