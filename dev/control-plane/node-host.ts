@@ -143,11 +143,19 @@ export function createCgroupRoot(cgroup: string): void {
   }
 }
 
-// Every cgroup directory of the node, children before parents, in every hierarchy.
+// Every cgroup directory of the node, children before parents, in every hierarchy. One that goes while
+// the tree is walked (a container's, as its last process exits) is left out: there is nothing in it.
 export function nodeCgroups(cgroup: string): string[] {
   const out: string[] = [];
   const visit = (dir: string) => {
-    for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) visit(join(dir, e.name));
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw err;
+    }
+    for (const e of entries) if (e.isDirectory()) visit(join(dir, e.name));
     out.push(dir);
   };
   for (const m of cgroupMounts()) if (existsSync(join(m.path, cgroup))) visit(join(m.path, cgroup));
