@@ -214,15 +214,14 @@ describe("CRDs from the kept seed", () => {
     const began = Date.now();
     const again = await startClusters({ names: ["seeded"], crds: [crd], admission: false, controllers: false, log: () => {} });
     try {
-      const kc = kubeConfigFrom(again.get("seeded").adminKubeconfig);
-      const crds = (await kc.makeApiClient(CustomObjectsApi).listClusterCustomObject({ group: "apiextensions.k8s.io", version: "v1", plural: "customresourcedefinitions" })) as {
+      const api = kubeConfigFrom(again.get("seeded").adminKubeconfig).makeApiClient(CustomObjectsApi);
+      const crds = (await api.listClusterCustomObject({ group: "apiextensions.k8s.io", version: "v1", plural: "customresourcedefinitions" })) as {
         items: { metadata: { name: string }; status: { conditions: { type: string; status: string; lastTransitionTime: string }[] } }[];
       };
       expect(crds.items.map((c) => c.metadata.name)).toEqual(["placements.cluster.open-cluster-management.io"]);
       const established = crds.items[0]!.status.conditions.find((c) => c.type === "Established")!;
       expect(established.status).toBe("True");
       expect(Date.parse(established.lastTransitionTime)).toBeLessThanOrEqual(began - 1000);
-      const api = kc.makeApiClient(CustomObjectsApi);
       await api.createNamespacedCustomObject({ group: "cluster.open-cluster-management.io", version: "v1beta1", namespace: "default", plural: "placements", body: { apiVersion: "cluster.open-cluster-management.io/v1beta1", kind: "Placement", metadata: { name: "p" }, spec: {} } });
       const got = (await api.getNamespacedCustomObject({ group: "cluster.open-cluster-management.io", version: "v1beta1", namespace: "default", plural: "placements", name: "p" })) as { metadata: { name: string } };
       expect(got.metadata.name).toBe("p");

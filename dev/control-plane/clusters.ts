@@ -1,6 +1,6 @@
 // Real local Kubernetes clusters for tests and `npm start`: one etcd, and per cluster a
 // kube-apiserver and kube-controller-manager on loopback with certificate authorities of its own.
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, renameSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, renameSync, rmSync, existsSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -207,13 +207,16 @@ export function ocmAdmissionPolicies(): object[] {
 // next cluster's etcd prefix before its API server starts. The API server sleeps 2 s in every create
 // of a custom resource whose CRD turned Established less than 2 s before (an HA safeguard in
 // apiextensions-apiserver's handler); a seeded CRD was established long ago, and is not created again.
-// Kept by what decides the stored bytes: the API server binary, the CRDs and whether the policies go in.
+// Kept by what decides the stored bytes: the API server binary (path, size, time), the CRDs and the
+// policies, if they go in.
 // The first start of each such set stores them as usual and keeps what etcd then holds.
 const seededKinds = ["apiextensions.k8s.io/customresourcedefinitions/", "validatingadmissionpolicies/", "validatingadmissionpolicybindings/"];
 type Seed = { key: string; value: string }[]; // key: after the cluster's prefix; value: base64, as etcd's JSON API gives it
 
 function seedPath(bin: Binaries, crds: readonly object[], admission: boolean): string {
-  const hash = createHash("sha256").update(JSON.stringify({ apiserver: bin.apiserver, crds, policies: admission ? ocmAdmissionPolicies() : [] })).digest("hex").slice(0, 16);
+  const { size, mtimeMs } = statSync(bin.apiserver);
+  const apiserver = { path: bin.apiserver, size, mtimeMs };
+  const hash = createHash("sha256").update(JSON.stringify({ apiserver, crds, policies: admission ? ocmAdmissionPolicies() : [] })).digest("hex").slice(0, 16);
   return join(cacheRoot(), "control-plane-seeds", `${hash}.json`);
 }
 
@@ -239,8 +242,9 @@ async function keepSeed(etcdUrl: string, name: string, path: string): Promise<vo
   renameSync(partial, path); // whole or not at all, when two starts keep the same set at once
 }
 
+// One put a key: a transaction would meet etcd's limits on operations and bytes a request.
 async function plantSeed(etcdUrl: string, name: string, seed: Seed): Promise<void> {
-  await etcdCall(etcdUrl, "txn", { success: seed.map(({ key, value }) => ({ request_put: { key: b64(`/${name}/${key}`), value } })) });
+  await Promise.all(seed.map(({ key, value }) => etcdCall(etcdUrl, "put", { key: b64(`/${name}/${key}`), value })));
 }
 
 const admissionGroup = { group: "admissionregistration.k8s.io", version: "v1", namespaced: false } as const;
