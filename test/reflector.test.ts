@@ -144,7 +144,8 @@ describe("the reflector", () => {
     expect(attempts).toBeGreaterThanOrEqual(3);
     expect(attempts).toBeLessThanOrEqual(15);
     expect(r.synced()).toBe(false);
-    expect(r.status()).toMatchObject({ state: "backing-off", lists: 0 });
+    // between two tries (a try in flight says "listing", and under load one takes a while)
+    await eventually(() => expect(r.status()).toMatchObject({ state: "backing-off", lists: 0 }), { timeoutMs: 5_000, intervalMs: 10 });
     expect(r.status().lastError).toMatch(/forbidden/i);
     const failures = r.log.lines.filter((l) => l.level === "warn");
     expect(failures).toHaveLength(1);
