@@ -109,6 +109,18 @@ export class LocalCluster {
       });
     const token = `${id}.${secret}`;
     const kubeconfig = buildKubeconfig({ server: this.url, caPem: this.caPem, clusterName: this.name, userName: `bootstrap-${id}`, credentials: { kind: "token", token } });
+    // The API server's token authenticator reads the Secret from its informer: until that has it, the
+    // token is 401 Unauthorized. A test that used it at once failed that way under load; hand it out
+    // only once the server says who it is.
+    const client = KubeClient.fromKubeconfig(kubeconfig);
+    try {
+      await poll(`bootstrap token ${id} authenticates on ${this.name}`, async () => {
+        await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", { apiVersion: "authentication.k8s.io/v1", kind: "SelfSubjectReview" });
+        return true;
+      }, 30_000);
+    } finally {
+      client.close();
+    }
     return { token, user: `system:bootstrap:${id}`, kubeconfig };
   }
 }
