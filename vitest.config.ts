@@ -2,8 +2,7 @@
 // On CI's two cores the files run two at a time, each starting its own control planes on free ports
 // in its own temporary directories; then the files that need this machine to themselves run one at a
 // time: the real node's tests (one node with Service routing per machine) and the image builds that
-// write the shared image cache. `npm test` runs the two projects as two vitest runs at once (see
-// scripts/run.sh): no other file touches the node or that cache.
+// write the shared image cache. No other file touches the node or that cache.
 import { defineConfig } from "vitest/config";
 
 const alone = ["test/node.test.ts", "test/eventing-node.test.ts", "test/serving-node.test.ts", "test/images.test.ts"];
