@@ -236,7 +236,9 @@ export async function startEventingHub(
       apiVersion: "eventing.knative.dev/v1",
       kind: "Trigger",
       metadata: { name: RECORDER_TRIGGER, namespace: HubNamespaceDefault },
-      spec: { broker: "default", subscriber: { uri: `http://${node.address}:${recorder.port}/` } },
+      // A delivery the filter could not make (a connection refused or reset on a loaded node) is tried
+      // again rather than dropped: a missing recording fails a test that looks for it.
+      spec: { broker: "default", subscriber: { uri: `http://${node.address}:${recorder.port}/` }, delivery: { retry: 5, backoffPolicy: "exponential", backoffDelay: "PT0.2S" } },
     };
     await applyObject(hubAdmin, new Discovery(hubAdmin), trigger);
     await waitUntilReady(hubAdmin, [trigger], { deadline: Date.now() + 60_000, timeoutText: "60 s", print: log });
