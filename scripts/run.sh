@@ -76,9 +76,9 @@ case "$cmd" in
     node node_modules/typescript/bin/tsc -p .
     if [ $# -gt 0 ]; then exec node node_modules/vitest/vitest.mjs run "$@"; fi
     # Every test: one vitest run of vitest.config.ts's two projects, the files that share the machine
-    # first, then the node's files one at a time. (Running the second as its own
-    # vitest beside the first saved about two minutes and made both flaky on CI's two cores.) The output
-    # is kept, so that a failed run's failures are printed again at the end, where a CI log's tail is read.
+    # first, then the node's files one at a time (as a second vitest beside the first they saved about
+    # two minutes and made both flaky on CI's two cores). The output is kept, so that a failed run's
+    # failures are printed again at the end, where a CI log's tail is read.
     logs=$(mktemp -d)
     trap 'rm -rf "$logs"' EXIT
     rc=0

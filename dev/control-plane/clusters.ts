@@ -148,11 +148,16 @@ export function freePort(): Promise<number> {
 
 async function poll(what: string, check: () => Promise<boolean>, timeoutMs: number, failed?: () => string | undefined): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  let last: unknown;
   for (let delay = 20; ; delay = Math.min(delay * 1.5, 250)) {
-    if (await check().catch(() => false)) return;
+    try {
+      if (await check()) return;
+    } catch (err) {
+      last = err;
+    }
     const why = failed?.();
     if (why !== undefined) throw new Error(`${what}: ${why}`);
-    if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms`);
+    if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms${last ? ` (last error: ${(last as Error).message})` : ""}`);
     await new Promise((r) => setTimeout(r, delay));
   }
 }
