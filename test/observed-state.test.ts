@@ -306,7 +306,7 @@ describe("a stale view never writes", () => {
     expect(role?.rules?.length).toBeGreaterThan(0);
   });
 
-  it("a cluster another writer labelled after the event handed it is judged again with the rest of what was handed and the cluster as the API server answered the confirming read: that one read of it and no other, the bindings handed absent created without a read", async () => {
+  it("a cluster another writer labelled after the event handed it is judged again with the rest of what was handed and the cluster as the API server answered the confirming read: that one read of it and no other, the bindings handed absent and the lease created without a read", async () => {
     const acceptorIdentity = await readyIdentity(hub.cluster, acceptor.spec.name, [ManagedClusterResource]);
     const c = `cluster-${suffix()}`;
     const cluster = await admin.create<ManagedCluster>(ManagedClusterResource, { metadata: { name: c }, spec: { hubAcceptsClient: true } });
@@ -336,6 +336,9 @@ describe("a stale view never writes", () => {
     expect(gets.filter((p) => p.startsWith(resourcePath(RoleBindingResource, { namespace: c })) || p.startsWith(resourcePath(ClusterRoleBindingResource)))).toEqual([]);
     expect(rec.writes()).toEqual(expect.arrayContaining([`POST ${resourcePath(RoleBindingResource, { namespace: c })}`, `POST ${resourcePath(ClusterRoleBindingResource)}`]));
     expect(await admin.get(RoleBindingResource, HubRbacName.workRoleBinding(c), c)).toBeDefined();
+    // the stale judgement went no further than its first writes: it never looked for a lease in a
+    // namespace it did not create (the second judgement created both, the lease without a read)
+    expect(gets.filter((p) => p.startsWith(resourcePath(LeaseResource, { namespace: c })))).toEqual([]);
   });
 
   // With auto-approval on, a cluster not yet auto-accepted is judged by its bootstrap CSRs, a list the

@@ -12,7 +12,7 @@ import { defineFunction, type KeysOrSkip, type Related, type Watch } from "../..
 import type { KubeClient, KubeObject } from "../../shared/kube/client.ts";
 import { mayAccess } from "../../shared/kube/access-review.ts";
 import { addFinalizer, createOrUpdate, patchStatusIfChanged, removeFinalizer, retryOnConflict, wouldWrite } from "../../shared/apply.ts";
-import { isAlreadyExists } from "../../shared/kube/errors.ts";
+import { isAlreadyExists, StaleStateError } from "../../shared/kube/errors.ts";
 import { hasCondition, isTrue, setCondition, type NewCondition } from "../../shared/conditions.ts";
 import { rfc3339 } from "../../shared/clock.ts";
 import { sleep } from "../../shared/timers.ts";
@@ -389,28 +389,33 @@ async function autoAccept(hub: KubeClient, c: ManagedCluster, now: Date): Promis
 
 async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, namespace: KubeObject | undefined): Promise<Outcome> {
   const name = cluster.metadata.name;
-  // OCM collects the apply errors into the condition instead of stopping at the first.
+  // OCM collects the apply errors into the condition instead of stopping at the first. A judgement found
+  // stale is no failure to accept: it ends the waves at once, and the runtime judges again.
   const errors: unknown[] = [];
   const attempt = async (step: () => Promise<unknown>) => {
     try {
       await step();
     } catch (err) {
+      if (err instanceof StaleStateError) throw err;
       errors.push(err);
     }
   };
   // A joining agent waits for all of this, so it is written in two waves, each at once: what needs
-  // nothing (the namespace, every role, both finalizers in one patch), then what needs the first wave
-  // (every binding and the lease, in the namespace). Strictly one wave cannot be: a RoleBinding's
-  // namespace must exist, and binding the per-cluster role before it exists takes an unrestricted `bind`.
-  // A namespace created just now holds no lease yet: it is created without a read first.
+  // nothing (the namespace, every role), then what needs the first wave (every binding and the lease, in
+  // the namespace) and both finalizers in one patch. The patch needs nothing either, but cluster-sets
+  // and cluster-taints write a new cluster at the same moment, so it is often refused once and made
+  // again on the new version (retryOnConflict): beside the bindings, which wait on the API server's
+  // escalation check (docs/scale.md), that costs no time; beside the namespace it did. Strictly one
+  // wave cannot be: a RoleBinding's namespace must exist, and binding the per-cluster role before it
+  // exists takes an unrestricted `bind`. A namespace created just now holds no lease yet: it is created
+  // without a read first.
   const [roles, bindings] = acceptedRbacSteps(hub, name);
   let created = false;
+  await Promise.all([attempt(async () => (created = await ensureClusterNamespace(hub, name, namespace))), ...roles!.map(attempt)]);
   const [finalized] = await Promise.all([
     retryOnConflict(hub, ManagedClusterResource, cluster, stillAccepting, (c) => addFinalizer(hub, ManagedClusterResource, c, ...acceptedFinalizers)),
-    attempt(async () => (created = await ensureClusterNamespace(hub, name, namespace))),
-    ...roles!.map(attempt),
+    ...[...bindings!, () => (created ? createClusterLease(hub, name, io.clock.now()) : createLeaseIfMissing(hub, name, io.clock.now()))].map(attempt),
   ]);
-  await Promise.all([...bindings!, () => (created ? createClusterLease(hub, name, io.clock.now()) : createLeaseIfMissing(hub, name, io.clock.now()))].map(attempt));
 
   if (errors.length > 0) {
     await writeAccepted(hub, finalized, acceptErrorCondition(errors), io.clock.now());
