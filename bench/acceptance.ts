@@ -18,10 +18,9 @@ import { ocmHubControllerRules, ocmOwnCrds, startOcmHubProgram } from "../test/s
 import { KubeClient } from "../shared/kube/client.ts";
 import { applyManifests } from "../shared/apply.ts";
 import { ClusterRoleBindingResource, ClusterRoleResource, NamespaceResource, RoleBindingResource } from "../shared/api/kube.ts";
-import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
-import { isTrue } from "../shared/conditions.ts";
 import { clusterNamespace, clusterRole, clusterRoleBinding, roleBinding } from "../functions/cluster-acceptor/rbac.ts";
 import { percentile, ms } from "./stats.ts";
+import { createdToAccepted } from "./accepted.ts";
 
 const SAMPLES = Number(process.env.ACCEPTANCE_SAMPLES || 20);
 // Between samples, so that one acceptance's follow-up writes are done before the next begins.
@@ -31,30 +30,10 @@ const OCM_USER = "ocm-registration-controller";
 
 const pause = (msToWait: number) => new Promise((resolve) => setTimeout(resolve, msToWait));
 
-// Created until the watch shows HubAccepted=True; undefined when it did not come within 30 s.
-async function acceptLatency(admin: KubeClient, name: string): Promise<number | undefined> {
-  const { resourceVersion } = await admin.list(ManagedClusterResource, { fieldSelector: `metadata.name=${name}` });
-  let seen: (at: number) => void = () => {};
-  const accepted = new Promise<number>((resolve) => (seen = resolve));
-  const w = admin.watch(ManagedClusterResource, { fieldSelector: `metadata.name=${name}`, resourceVersion }, (e) => {
-    if (isTrue((e.object as ManagedCluster).status?.conditions, "HubAcceptedManagedCluster")) seen(performance.now());
-  });
-  try {
-    const start = performance.now();
-    await admin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
-    let timer: NodeJS.Timeout | undefined;
-    const at = await Promise.race([accepted, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), 30_000)))]);
-    clearTimeout(timer);
-    return at === undefined ? undefined : at - start;
-  } finally {
-    w.stop();
-  }
-}
-
 async function samplesOf(admin: KubeClient, prefix: string): Promise<number[]> {
   const took: number[] = [];
   for (let i = 0; i < SAMPLES; i++) {
-    const t = await acceptLatency(admin, `${prefix}-${i}`);
+    const t = await createdToAccepted(admin, `${prefix}-${i}`, 30_000);
     if (t === undefined) throw new Error(`${prefix}-${i} was not accepted within 30 s`);
     took.push(t);
     await pause(GAP_MS);

@@ -22,10 +22,9 @@ import { join } from "node:path";
 import { startEventingHub, type EventingHub } from "../dev/local/eventing-hub.ts";
 import type { KubeObject } from "../shared/kube/client.ts";
 import { PodResource } from "../shared/api/kube.ts";
-import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
-import { isTrue } from "../shared/conditions.ts";
 import { percentile, ms, mib } from "./stats.ts";
 import { Simulator } from "./scale.ts";
+import { createdToAccepted } from "./accepted.ts";
 
 const IDLE_S = Number(process.env.SERVING_IDLE_SECONDS || 120);
 const COLD = Number(process.env.SERVING_COLD_SAMPLES || 5);
@@ -127,30 +126,13 @@ async function acceptLatency(env: EventingHub, name: string, stages?: Stages[], 
   const seen: Stages = {};
   const t0 = Date.now();
   const stopWatch = fromZero ? await watchAcceptorPods(env, t0, seen) : () => {};
-  // HubAccepted as a watch tells it: polling would load the API server the acceptor is measured on
-  const { resourceVersion } = await env.hubAdmin.list(ManagedClusterResource, { fieldSelector: `metadata.name=${name}` });
-  let acceptedAt: number | undefined;
-  let seenAccepted = () => {};
-  const accepted = new Promise<void>((resolve) => (seenAccepted = resolve));
-  const w = env.hubAdmin.watch(ManagedClusterResource, { fieldSelector: `metadata.name=${name}`, resourceVersion }, (e) => {
-    if (acceptedAt === undefined && isTrue((e.object as ManagedCluster).status?.conditions, "HubAcceptedManagedCluster")) {
-      acceptedAt = performance.now();
-      seenAccepted();
-    }
-  });
-  const start = performance.now();
+  let took: number | undefined;
   try {
-    await env.hubAdmin.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
-    let timer: NodeJS.Timeout | undefined;
-    const late = await Promise.race([accepted.then(() => false), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), 120_000)))]);
-    clearTimeout(timer);
-    if (late) return undefined;
+    took = await createdToAccepted(env.hubAdmin, name, 120_000);
   } finally {
-    w.stop();
     stopWatch();
   }
-  const took = acceptedAt! - start;
-  if (stages) {
+  if (took !== undefined && stages) {
     const delivered = env.deliveries.find((d) => d.event.name === name && d.event.ocmftarget === "cluster-acceptor");
     if (delivered) seen.broker = Date.parse(delivered.time) - t0;
     stages.push(seen);
