@@ -19,7 +19,7 @@ import type { ApiResource } from "../../shared/api/meta.ts";
 import { ManagedClusterResource, ManagedClusterSetBindingResource } from "../../shared/api/cluster.ts";
 import { ManifestWorkResource } from "../../shared/api/work.ts";
 import { cacheRoot, findBinaries, type Binaries } from "./binaries.ts";
-import { startGuard, startProcess, stopProcess, logTail, type Managed } from "./processes.ts";
+import { exitedEarly, poller, startGuard, startProcess, stopProcess, type Managed } from "./processes.ts";
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -146,21 +146,8 @@ export function freePort(): Promise<number> {
   });
 }
 
-async function poll(what: string, check: () => Promise<boolean>, timeoutMs: number, failed?: () => string | undefined): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let delay = 20; ; delay = Math.min(delay * 1.5, 250)) {
-    try {
-      if (await check()) return;
-    } catch (err) {
-      last = err;
-    }
-    const why = failed?.();
-    if (why !== undefined) throw new Error(`${what}: ${why}`);
-    if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms${last ? ` (last error: ${(last as Error).message})` : ""}`);
-    await new Promise((r) => setTimeout(r, delay));
-  }
-}
+// A control plane's parts start in a few seconds: looked at often.
+const poll = poller({ firstMs: 20, maxMs: 250 });
 
 // ca "self-signed": a loopback health endpoint whose serving certificate the process made itself.
 function httpOk(url: string, ca?: string | "self-signed"): Promise<boolean> {
@@ -175,8 +162,6 @@ function httpOk(url: string, ca?: string | "self-signed"): Promise<boolean> {
     req.end();
   });
 }
-
-const exitedEarly = (m: Managed) => () => (m.child.exitCode !== null ? `exited with ${m.child.exitCode}:\n${logTail(m)}` : undefined);
 
 export function ocmCrds(): object[] {
   const dir = join(repoRoot, "manifests", "crds");

@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync,
 import { request as httpsRequest } from "node:https";
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { join } from "node:path";
-import { logTail, type Managed } from "./processes.ts";
+import { poller } from "./processes.ts";
 import { SERVICE_CIDR } from "./node-network.ts";
 
 // kube-proxy's nftables mode keeps all its rules in one table of this name per family.
@@ -69,23 +69,9 @@ export function runOrExplain(cmd: string, args: readonly string[]): string {
   }
 }
 
-export async function poll(what: string, check: () => Promise<boolean> | boolean, timeoutMs: number, failed?: () => string | undefined): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let delay = 50; ; delay = Math.min(delay * 1.5, 500)) {
-    try {
-      if (await check()) return;
-    } catch (err) {
-      last = err;
-    }
-    const why = failed?.();
-    if (why !== undefined) throw new Error(`${what}: ${why}`);
-    if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms${last ? ` (last error: ${(last as Error).message})` : ""}`);
-    await new Promise((r) => setTimeout(r, delay));
-  }
-}
-
-export const exitedEarly = (m: Managed) => () => (m.child.exitCode !== null || m.child.signalCode !== null ? `exited with ${m.child.exitCode ?? m.child.signalCode}:\n${logTail(m, 40)}` : undefined);
+// A node's parts (containerd, kubelet, kube-proxy, DNS) start in seconds to tens of them, and some
+// checks run a command: looked at less often than a control plane's.
+export const poll = poller({ firstMs: 50, maxMs: 500 });
 
 // Whether a loopback health endpoint answers 200: kube-scheduler's over TLS with the certificate it
 // made itself, kube-proxy's in plain HTTP.

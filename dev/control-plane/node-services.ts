@@ -4,12 +4,12 @@ import { writeFileSync } from "node:fs";
 import { connect, createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { freePort, type LocalCluster } from "./clusters.ts";
-import { logTail, startProcess, type Managed } from "./processes.ts";
+import { exitedEarly, logTail, startProcess, type Managed } from "./processes.ts";
 import { writeStaticImages } from "../build/static-image.ts";
 import { KubeClient, type KubeObject } from "../../shared/kube/client.ts";
 import { KubeError } from "../../shared/kube/errors.ts";
 import { CLUSTER_DNS_IP, CLUSTER_DOMAIN, COREDNS_IMAGE, SERVICE_CIDR, SERVICE_CONTROLLERS, type NodeBinaries } from "./node-network.ts";
-import { type NodeState, exitedEarly, healthOk, poll, run, runOrExplain } from "./node-host.ts";
+import { type NodeState, healthOk, poll, run, runOrExplain } from "./node-host.ts";
 import { kubeProxyConfig } from "./node-config.ts";
 
 // A TCP forwarder from <address>:443 to the API server's loopback port. It lives in this process, so

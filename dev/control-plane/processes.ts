@@ -66,3 +66,28 @@ export function logTail(m: Managed, lines = 30): string {
   if (!existsSync(m.logFile)) return "";
   return readFileSync(m.logFile, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
 }
+
+// A wait for what a started process makes ready: `check` again and again, each delay half as long again
+// as the last, from firstMs up to maxMs, until it holds. It ends at once with `failed`'s reason when that
+// names one (the process exited), and after timeoutMs naming the last error `check` threw.
+export function poller({ firstMs, maxMs }: { firstMs: number; maxMs: number }) {
+  return async (what: string, check: () => Promise<boolean> | boolean, timeoutMs: number, failed?: () => string | undefined): Promise<void> => {
+    const deadline = Date.now() + timeoutMs;
+    let last: unknown;
+    for (let delay = firstMs; ; delay = Math.min(delay * 1.5, maxMs)) {
+      try {
+        if (await check()) return;
+      } catch (err) {
+        last = err;
+      }
+      const why = failed?.();
+      if (why !== undefined) throw new Error(`${what}: ${why}`);
+      if (Date.now() > deadline) throw new Error(`${what}: not ready after ${timeoutMs} ms${last ? ` (last error: ${(last as Error).message})` : ""}`);
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  };
+}
+
+// For a wait's `failed`: once the process has exited, its exit code or signal and the tail of its log.
+export const exitedEarly = (m: Managed) => () =>
+  m.child.exitCode !== null || m.child.signalCode !== null ? `exited with ${m.child.exitCode ?? m.child.signalCode}:\n${logTail(m, 40)}` : undefined;
