@@ -405,10 +405,10 @@ async function accept(io: Io<Config>, hub: KubeClient, cluster: ManagedCluster, 
   // the namespace) and both finalizers in one patch. The patch needs nothing either, but cluster-sets
   // and cluster-taints write a new cluster at the same moment, so it is often refused once and made
   // again on the new version (retryOnConflict): beside the bindings, which wait on the API server's
-  // escalation check (docs/scale.md), that costs no time; beside the namespace it did. Strictly one
-  // wave cannot be: a RoleBinding's namespace must exist, and binding the per-cluster role before it
-  // exists takes an unrestricted `bind`. A namespace created just now holds no lease yet: it is created
-  // without a read first.
+  // escalation check (docs/scale.md), that mostly runs within their wait; beside the namespace it made
+  // the first wave longer. Strictly one wave cannot be: a RoleBinding's namespace must exist, and
+  // binding the per-cluster role before it exists takes an unrestricted `bind`. A namespace created just
+  // now holds no lease yet: it is created without a read first.
   const [roles, bindings] = acceptedRbacSteps(hub, name);
   let created = false;
   await Promise.all([attempt(async () => (created = await ensureClusterNamespace(hub, name, namespace))), ...roles!.map(attempt)]);
