@@ -126,12 +126,7 @@ async function acceptLatency(env: EventingHub, name: string, stages?: Stages[], 
   const seen: Stages = {};
   const t0 = Date.now();
   const stopWatch = fromZero ? await watchAcceptorPods(env, t0, seen) : () => {};
-  let took: number | undefined;
-  try {
-    took = await createdToAccepted(env.hubAdmin, name, 120_000);
-  } finally {
-    stopWatch();
-  }
+  const took = await createdToAccepted(env.hubAdmin, name, 120_000).finally(stopWatch);
   if (took !== undefined && stages) {
     const delivered = env.deliveries.find((d) => d.event.name === name && d.event.ocmftarget === "cluster-acceptor");
     if (delivered) seen.broker = Date.parse(delivered.time) - t0;
