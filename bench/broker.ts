@@ -12,18 +12,13 @@ import { rfc3339 } from "../shared/clock.ts";
 import { isTrue } from "../shared/conditions.ts";
 import { NamespaceResource, PodResource } from "../shared/api/kube.ts";
 import { percentile, ms } from "./stats.ts";
+import { untilTrue } from "./until.ts";
+
+const POLL = { intervalMs: 10 };
 
 const RECONCILES = Number(process.env.BENCH_RECONCILES ?? 20);
 const RECHECKS = Number(process.env.BENCH_RECHECKS ?? 5);
 type Pod = KubeObject & { metadata: { deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string }[] } };
-
-async function until(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
-  const t0 = performance.now();
-  while (!(await check())) {
-    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 // Creates accepted clusters one at a time and times each until the acceptor has answered.
 async function acceptLatencies(hub: KubeClient, prefix: string): Promise<number[]> {
@@ -32,7 +27,7 @@ async function acceptLatencies(hub: KubeClient, prefix: string): Promise<number[
     const name = `${prefix}-${i}`;
     const t0 = performance.now();
     await hub.create(ManagedClusterResource, { metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } });
-    await until(`${name} HubAccepted`, 60_000, async () => isTrue((await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"));
+    await untilTrue(async () => isTrue((await hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "HubAcceptedManagedCluster"), `${name} HubAccepted`, 60_000, POLL);
     samples.push(performance.now() - t0);
   }
   return samples;
@@ -61,10 +56,10 @@ async function recheckLateness(hub: KubeClient, prefix: string): Promise<number[
     const placement = `brief-${i}`;
     const key = `bench.ocm-functions.io/brief-${i}`;
     await hub.create(PlacementResource, { metadata: { name: placement, namespace: ns }, spec: { tolerations: [{ key, operator: "Exists", tolerationSeconds: TOLERATION_SECONDS }, { key: TaintKey.Unreachable, operator: "Exists" }] } });
-    await until(`${placement} decides ${clusterName}`, 60_000, async () => (await decided(placement)).includes(clusterName));
+    await untilTrue(async () => (await decided(placement)).includes(clusterName), `${placement} decides ${clusterName}`, 60_000, POLL);
     const added = Math.floor(Date.now() / 1000) * 1000;
     await hub.patch(ManagedClusterResource, clusterName, { spec: { taints: [{ key, effect: "NoSelect", timeAdded: rfc3339(new Date(added)) }] } });
-    await until(`${placement} drops ${clusterName}`, 120_000, async () => !(await decided(placement)).includes(clusterName));
+    await untilTrue(async () => !(await decided(placement)).includes(clusterName), `${placement} drops ${clusterName}`, 120_000, POLL);
     samples.push(performance.now() + performance.timeOrigin - (added + TOLERATION_SECONDS * 1000 + 1000));
     await hub.patch(ManagedClusterResource, clusterName, { spec: { taints: null } });
   }
@@ -89,7 +84,7 @@ export const broker = {
         const [old] = (await env.hubAdmin.list<Pod>(PodResource, selector)).items;
         const t0 = performance.now();
         await env.hubAdmin.request("DELETE", `/api/v1/namespaces/${env.namespace}/pods/${old!.metadata.name}`);
-        await until(`${fn} pod`, 120_000, async () => (await env.hubAdmin.list<Pod>(PodResource, selector)).items.some((p) => p.metadata.name !== old!.metadata.name && ready(p)));
+        await untilTrue(async () => (await env.hubAdmin.list<Pod>(PodResource, selector)).items.some((p) => p.metadata.name !== old!.metadata.name && ready(p)), `${fn} pod`, 120_000, POLL);
         figures[`pod start after delete: ${fn}`] = ms(performance.now() - t0);
       }
       figures["event-to-reconcile via Broker (HubAccepted)"] = summary(await acceptLatencies(env.hubAdmin, "broker"));

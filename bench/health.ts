@@ -8,18 +8,10 @@ import { NodeResource } from "../shared/api/kube.ts";
 import { ManagedClusterResource, type ManagedCluster } from "../shared/api/cluster.ts";
 import { findCondition } from "../shared/conditions.ts";
 import { percentile, ms } from "./stats.ts";
+import { untilTrue } from "./until.ts";
 
 const LEASE_SECONDS = 4;
 const NODE_CHANGES = 20;
-
-async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<number> {
-  const t0 = performance.now();
-  while (!(await check())) {
-    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return performance.now() - t0;
-}
 
 const availableOf = async (fleet: Fleet, name: string) =>
   findCondition((await fleet.hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, "ManagedClusterConditionAvailable")?.status;
@@ -27,10 +19,10 @@ const availableOf = async (fleet: Fleet, name: string) =>
 async function stopToUnknown(multiplier: number): Promise<number> {
   const fleet = await startFleet({ spokes: [{ name: "c1", autoApprove: true }], resyncMs: 1_000, leaseDurationSeconds: LEASE_SECONDS, leaseGraceMultiplier: multiplier });
   try {
-    await until(async () => (await availableOf(fleet, "c1")) === "True", 60_000, "Available=True");
+    await untilTrue(async () => (await availableOf(fleet, "c1")) === "True", "Available=True", 60_000);
     await new Promise((r) => setTimeout(r, LEASE_SECONDS * 1_000)); // a steady state: a renewal or two behind us
     await fleet.stopHeartbeat("c1");
-    return await until(async () => (await availableOf(fleet, "c1")) === "Unknown", 120_000, "Available=Unknown");
+    return await untilTrue(async () => (await availableOf(fleet, "c1")) === "Unknown", "Available=Unknown", 120_000);
   } finally {
     await fleet.stop();
   }
@@ -47,13 +39,13 @@ export const health = {
     const spoke = KubeClient.fromKubeconfig(clusters.get("c1").adminKubeconfig);
     const samples: number[] = [];
     try {
-      await until(async () => (await availableOf(fleet, "c1")) === "True", 60_000, "Available=True");
+      await untilTrue(async () => (await availableOf(fleet, "c1")) === "True", "Available=True", 60_000);
       for (let i = 1; i <= NODE_CHANGES; i++) {
         const pods = String(110 + i);
         await spoke.patch(NodeResource, "local-node-a", { status: { capacity: { pods } } }, { subresource: "status" });
         // Node a carries 110 + i pods and node b 110: the cluster's capacity is their sum.
         const want = String(220 + i);
-        samples.push(await until(async () => (await fleet.hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, "c1"))?.status?.capacity?.pods === want, 30_000, "capacity"));
+        samples.push(await untilTrue(async () => (await fleet.hub.get<ManagedCluster & KubeObject>(ManagedClusterResource, "c1"))?.status?.capacity?.pods === want, "capacity", 30_000));
       }
     } finally {
       spoke.close();

@@ -15,6 +15,10 @@ import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluste
 import { AgentNamespaceDefault, HubKubeconfigSecretName } from "../shared/api/registration.ts";
 import { isTrue } from "../shared/conditions.ts";
 import { memoryOf, percentile, mib } from "./stats.ts";
+import { until } from "./until.ts";
+
+// Its waits are for set-up, not timed: every 250 ms, a failed read as no answer yet.
+const POLL = { intervalMs: 250, retryErrors: true };
 
 const CLUSTER = "bench";
 // HEARTBEAT_BENCH_SECONDS: a longer run, to see the figures settle.
@@ -36,16 +40,6 @@ const VARIANTS: { name: string; entry: string; flags: string[] }[] = [
 
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function until<T>(what: string, read: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await read().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`${what}: not after ${timeoutMs} ms`);
-    await pause(250);
-  }
-}
-
 type Proc = { rss: number; anon: number };
 
 type Stopped = { beats: number; renewals: number; cpuUs: number; rssBytes: number; steady?: { renewals: number; cpuUs: number } };
@@ -60,7 +54,7 @@ async function runSidecar(kubeconfigFile: string, entry: string, flags: string[]
   child.stderr!.on("data", (c: Buffer) => (logs += c.toString()));
   const exited = new Promise<number | null>((r) => child.on("exit", r));
   try {
-    await until("the sidecar's first renewal", async () => (logs.includes("renewing the cluster lease") ? true : undefined), 30_000);
+    await until(async () => (logs.includes("renewing the cluster lease") ? true : undefined), "the sidecar's first renewal", 30_000, POLL);
     const started = Date.now();
     const samples: Proc[] = [];
     while (Date.now() - started < RUN_MS) {
@@ -98,11 +92,16 @@ export const heartbeat = {
     try {
       const spoke = fleet.clusters.get(CLUSTER);
       const spokeAdmin = KubeClient.fromKubeconfig(spoke.adminKubeconfig);
-      await until("the cluster joined", async () => {
-        const c = await fleet.hub.get<ManagedCluster>(ManagedClusterResource, CLUSTER);
-        const secret = await spokeAdmin.get(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
-        return c && isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted) && secret ? true : undefined;
-      });
+      await until(
+        async () => {
+          const c = await fleet.hub.get<ManagedCluster>(ManagedClusterResource, CLUSTER);
+          const secret = await spokeAdmin.get(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
+          return c && isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted) && secret ? true : undefined;
+        },
+        "the cluster joined",
+        60_000,
+        POLL,
+      );
       spokeAdmin.close();
       await fleet.hub.patch(ManagedClusterResource, CLUSTER, { spec: { leaseDurationSeconds: 1 } });
       const kubeconfigFile = join(dir, "spoke.kubeconfig");

@@ -23,6 +23,7 @@ import { startEventingHub, type EventingHub } from "../dev/local/eventing-hub.ts
 import type { KubeObject } from "../shared/kube/client.ts";
 import { PodResource } from "../shared/api/kube.ts";
 import { percentile, ms, mib } from "./stats.ts";
+import { untilTrue } from "./until.ts";
 import { Simulator } from "./scale.ts";
 import { createdToAccepted } from "./accepted.ts";
 
@@ -40,14 +41,6 @@ const KNATIVE_NAMESPACES = ["knative-eventing", "knative-serving", "traefik", "k
 
 type Pod = KubeObject & { metadata: { uid: string; namespace: string; labels?: Record<string, string>; deletionTimestamp?: string } };
 const pause = (msec: number) => new Promise((r) => setTimeout(r, msec));
-
-async function until(what: string, timeoutMs: number, check: () => Promise<boolean>, intervalMs = 10): Promise<void> {
-  const t0 = performance.now();
-  while (!(await check())) {
-    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await pause(intervalMs);
-  }
-}
 
 // A pod's working set from the node's memory cgroup (cgroup v1 here): kubepods/<qos>/pod<uid>.
 function workingSetOf(nodeCgroup: string, uid: string): number | undefined {
@@ -161,7 +154,7 @@ export const serving = {
 
       if (Object.keys(AUTOSCALER).length) figures["config-autoscaler besides the windows"] = JSON.stringify(AUTOSCALER);
       const t0 = performance.now();
-      await until("every function at zero", 300_000, async () => !(await livePods(env)).some(fnOf), 1_000);
+      await untilTrue(async () => !(await livePods(env)).some(fnOf), "every function at zero", 300_000, { intervalMs: 1_000 });
       figures["idle: last function pod gone, after install and the request to each"] = ms(performance.now() - t0);
       for (const [fn, v] of Object.entries(await sampleIdle(env, IDLE_S))) figures[`idle, quiet: pods of ${fn}`] = v;
       const idle = memory(env, await livePods(env));
@@ -172,7 +165,7 @@ export const serving = {
       const cold: (number | undefined)[] = [];
       const coldStages: Stages[] = [];
       for (let i = 0; i < COLD; i++) {
-        await until("cluster-acceptor at zero", 300_000, async () => !(await livePods(env)).some((p) => fnOf(p) === "cluster-acceptor"), 500);
+        await untilTrue(async () => !(await livePods(env)).some((p) => fnOf(p) === "cluster-acceptor"), "cluster-acceptor at zero", 300_000, { intervalMs: 500 });
         cold.push(await acceptLatency(env, `cold-${i}`, coldStages, true));
       }
       figures["event-to-reconcile from zero (HubAccepted)"] = summary(cold);
