@@ -11,7 +11,7 @@
 // The work agent reads that status back at its status sync (every 10 s, OCM's default), so enable →
 // Available includes up to one such interval; the milestones before it do not.
 //
-// The fleet serves every function (func.yaml's), each behind its relay as in local mode.
+// The fleet serves every function (func.yaml's), fed by its relays as in local mode.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { startFleet, type Fleet } from "../dev/local/fleet.ts";

@@ -15,10 +15,7 @@ import { ManagedClusterConditionType, ManagedClusterResource, type ManagedCluste
 import { AgentNamespaceDefault, HubKubeconfigSecretName } from "../shared/api/registration.ts";
 import { isTrue } from "../shared/conditions.ts";
 import { memoryOf, percentile, mib } from "./stats.ts";
-import { until } from "./until.ts";
-
-// Its waits are for set-up, not timed: every 250 ms, a failed read as no answer yet.
-const POLL = { intervalMs: 250, retryErrors: true };
+import { setUp } from "./until.ts";
 
 const CLUSTER = "bench";
 // HEARTBEAT_BENCH_SECONDS: a longer run, to see the figures settle.
@@ -54,7 +51,7 @@ async function runSidecar(kubeconfigFile: string, entry: string, flags: string[]
   child.stderr!.on("data", (c: Buffer) => (logs += c.toString()));
   const exited = new Promise<number | null>((r) => child.on("exit", r));
   try {
-    await until(async () => (logs.includes("renewing the cluster lease") ? true : undefined), "the sidecar's first renewal", 30_000, POLL);
+    await setUp("the sidecar's first renewal", () => logs.includes("renewing the cluster lease"), 30_000);
     const started = Date.now();
     const samples: Proc[] = [];
     while (Date.now() - started < RUN_MS) {
@@ -92,15 +89,14 @@ export const heartbeat = {
     try {
       const spoke = fleet.clusters.get(CLUSTER);
       const spokeAdmin = KubeClient.fromKubeconfig(spoke.adminKubeconfig);
-      await until(
+      await setUp(
+        "the cluster joined",
         async () => {
           const c = await fleet.hub.get<ManagedCluster>(ManagedClusterResource, CLUSTER);
           const secret = await spokeAdmin.get(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
-          return c && isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted) && secret ? true : undefined;
+          return !!c && isTrue(c.status?.conditions, ManagedClusterConditionType.HubAccepted) && !!secret;
         },
-        "the cluster joined",
         60_000,
-        POLL,
       );
       spokeAdmin.close();
       await fleet.hub.patch(ManagedClusterResource, CLUSTER, { spec: { leaseDurationSeconds: 1 } });

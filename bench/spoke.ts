@@ -62,11 +62,7 @@ import { hubEndpoint, judgeHubSecret, type HubEndpoint, type Secret } from "../s
 import { isTrue } from "../shared/conditions.ts";
 import type { Condition } from "../shared/api/meta.ts";
 import { cpuMsOf, memoryOf, mib, ms, percentile, startedAgoMs } from "./stats.ts";
-import { until } from "./until.ts";
-
-// Set-up waits: every 100 ms unless a wait says otherwise, a failed read (a server still starting, a
-// log not written yet) as no answer yet.
-const POLL = { intervalMs: 100, retryErrors: true };
+import { setUp } from "./until.ts";
 
 const COLD_RUNS = Math.max(1, Number(process.env.SPOKE_BENCH_COLD_RUNS || 5));
 const WARM_RUNS = Math.max(0, Number(process.env.SPOKE_BENCH_WARM_RUNS ?? 20));
@@ -127,14 +123,10 @@ type Crd = KubeObject & { status?: { conditions?: { type: string; status: string
 async function installCrds(admin: KubeClient, crds: readonly object[]): Promise<void> {
   await Promise.all(crds.map((crd) => admin.create(CustomResourceDefinitionResource, crd as Crd)));
   for (const crd of crds as Crd[]) {
-    await until(
-      async () => {
-        const got = await admin.get<Crd>(CustomResourceDefinitionResource, crd.metadata.name!);
-        return got?.status?.conditions?.some((c) => c.type === "Established" && c.status === "True") ? true : undefined;
-      },
+    await setUp(
       `CRD ${crd.metadata.name} Established`,
+      async () => !!(await admin.get<Crd>(CustomResourceDefinitionResource, crd.metadata.name!))?.status?.conditions?.some((c) => c.type === "Established" && c.status === "True"),
       60_000,
-      POLL,
     );
   }
 }
@@ -204,7 +196,7 @@ type OcmRun = { name: string; registration: Managed; work?: Managed; hubDir: str
 
 async function startOcmRegistration(ctx: Ctx, spoke: Joiner, name: string): Promise<{ run: OcmRun; ms: number }> {
   await spoke.admin.delete(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault);
-  await until(async () => ((await spoke.admin.get(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault)) ? undefined : true), "the previous hub-kubeconfig-secret gone", 60_000, POLL);
+  await setUp("the previous hub-kubeconfig-secret gone", async () => !(await spoke.admin.get(SecretResource, HubKubeconfigSecretName, AgentNamespaceDefault)), 60_000);
   const hubDir = join(ctx.work, "ocm", name, "hub-kubeconfig");
   mkdirSync(hubDir, { recursive: true });
   const port = await freePort();
@@ -234,7 +226,7 @@ async function startOcmRegistration(ctx: Ctx, spoke: Joiner, name: string): Prom
 // OCM's work agent, beside the registration agent, reading the hub kubeconfig the latter dumps.
 async function startOcmWork(ctx: Ctx, spoke: Joiner, run: OcmRun): Promise<Managed> {
   const kubeconfig = join(run.hubDir, "kubeconfig");
-  await until(() => (existsSync(kubeconfig) && existsSync(join(run.hubDir, "agent-name")) ? true : undefined), "OCM's hub kubeconfig dumped", 30_000, POLL);
+  await setUp("OCM's hub kubeconfig dumped", () => existsSync(kubeconfig) && existsSync(join(run.hubDir, "agent-name")), 30_000);
   const agentId = readFileSync(join(run.hubDir, "agent-name"), "utf8").trim();
   const port = await freePort();
   const work = startProcess(join(ctx.work, "ocm"), `${run.name}-work`, ctx.ocm.work, [
@@ -304,16 +296,16 @@ async function warmJoinOurs(ctx: Ctx, spoke: Joiner, name: string): Promise<Warm
   const bootstrap = await spoke.admin.get<Secret>(SecretResource, BootstrapSecretName, AgentNamespaceDefault);
   if (!bootstrap) throw new Error("ocmf join wrote no bootstrap-hub-kubeconfig");
   await spoke.admin.delete(SecretResource, BootstrapSecretName, AgentNamespaceDefault);
-  await until(async () => ((await spoke.admin.get(SecretResource, BootstrapSecretName, AgentNamespaceDefault)) ? undefined : true), "the bootstrap secret gone", 60_000, POLL);
+  await setUp("the bootstrap secret gone", async () => !(await spoke.admin.get(SecretResource, BootstrapSecretName, AgentNamespaceDefault)), 60_000);
   const run = await deploySpoke(ctx, spoke, name);
   try {
     // warm: every function answers (deployed.ts waited), the relay runs (its spoke watches listed a
     // moment after it says it started; the hub's wait for credentials, silently) with its heartbeat
     const relay = run.deployed.processes.find((p) => p.name.endsWith(`-${RelayName}`))!;
-    await until(() => (readFileSync(relay.logFile, "utf8").includes('"msg":"relay started') ? true : undefined), "the relay started", 30_000, { ...POLL, intervalMs: 20 }).catch((err: Error) => {
+    await setUp("the relay started", () => readFileSync(relay.logFile, "utf8").includes('"msg":"relay started'), 30_000).catch((err: Error) => {
       throw new Error(`${err.message}:\n${logTail(relay)}`);
     });
-    await until(() => (readFileSync(relay.logFile, "utf8").includes('"msg":"heartbeat started"') ? true : undefined), "the heartbeat started", 30_000, { ...POLL, intervalMs: 20 }).catch(() => undefined);
+    await setUp("the heartbeat started", () => readFileSync(relay.logFile, "utf8").includes('"msg":"heartbeat started"'), 30_000).catch(() => undefined);
     await pause(1_000);
     const t0 = Date.now();
     const p0 = performance.now();
@@ -367,7 +359,7 @@ async function hostedFigures(ctx: Ctx, management: Joiner, managed: Joiner, ocm:
   const onManagement = await runDeployed({ cluster: management.cluster, namespace: ns, dist: ctx.dist, runDir: join(runDir, "management") });
   const onManaged = await runDeployed({ cluster: managed.cluster, namespace: ns, dist: ctx.dist, runDir: join(runDir, "managed") });
   try {
-    await until(async () => (isTrue((await ctx.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, ManagedClusterConditionType.Available) ? true : undefined), "the hosted cluster Available", 90_000, { ...POLL, intervalMs: 200 });
+    await setUp("the hosted cluster Available", async () => isTrue((await ctx.hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, name))?.status?.conditions, ManagedClusterConditionType.Available), 90_000);
     await ctx.hubAdmin.patch(ManagedClusterResource, name, { spec: { leaseDurationSeconds: LEASE_SECONDS } });
     await pause(SETTLE_MS);
     const relay = onManagement.processes.find((p) => p.name.endsWith(`-${RelayName}`));
@@ -768,14 +760,13 @@ export const spoke = {
       const ocmWork = ocmSteady && (await startOcmWork(ctx, theirs, ocmSteady));
       const steadyNames = [oursSteady.name, ...(ocmSteady ? [ocmSteady.name] : [])];
       for (const n of steadyNames) await hubAdmin.patch(ManagedClusterResource, n, { spec: { leaseDurationSeconds: LEASE_SECONDS } });
-      await until(
+      await setUp(
+        "both clusters Available",
         async () => {
           const both = await Promise.all(steadyNames.map((n) => hubAdmin.get<ManagedCluster & KubeObject>(ManagedClusterResource, n)));
-          return both.every((mc) => isTrue(mc?.status?.conditions, ManagedClusterConditionType.Available)) ? true : undefined;
+          return both.every((mc) => isTrue(mc?.status?.conditions, ManagedClusterConditionType.Available));
         },
-        "both clusters Available",
         60_000,
-        { ...POLL, intervalMs: 200 },
       );
       await pause(SETTLE_MS);
       const procs: Proc[] = [

@@ -1,29 +1,25 @@
-// Waiting in a bench: read until there is a value, or fail naming what did not come. Each bench keeps
-// its own poll interval (its latency figures are only as fine as that interval). A read that throws ends
-// the wait with its error, unless retryErrors: then it counts as no value yet (a server still starting,
-// a log not written yet), and the timeout's error names the last one.
-export type UntilOptions = { intervalMs?: number; retryErrors?: boolean };
+// Waiting in a bench. until: read until there is a value, or fail naming what did not come; for waits
+// that time something, so each bench keeps its own fixed poll interval (its figures are only as fine as
+// that interval), and a read that throws ends the wait with its error. setUp: for waits that time
+// nothing (a server or a process still starting), the harness's own wait, which backs off and takes a
+// check that throws as not ready yet, naming the last error if time runs out.
+import { poller } from "../dev/control-plane/processes.ts";
 
-export async function until<T>(read: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs: number, o: UntilOptions = {}): Promise<T> {
+export async function until<T>(read: () => Promise<T | undefined>, what: string, timeoutMs: number, o: { intervalMs?: number } = {}): Promise<T> {
   const t0 = performance.now();
-  let lastError: Error | undefined;
   for (;;) {
-    let v: T | undefined;
-    try {
-      v = await read();
-    } catch (err) {
-      if (!o.retryErrors) throw err;
-      lastError = err as Error;
-    }
+    const v = await read();
     if (v !== undefined) return v;
-    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms${lastError ? ` (last error: ${lastError.message})` : ""}`);
+    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, o.intervalMs ?? 20));
   }
 }
 
 // The same for a yes-or-no check; returns how long the wait took, in ms.
-export async function untilTrue(check: () => Promise<boolean>, what: string, timeoutMs: number, o: UntilOptions = {}): Promise<number> {
+export async function untilTrue(check: () => Promise<boolean>, what: string, timeoutMs: number, o: { intervalMs?: number } = {}): Promise<number> {
   const t0 = performance.now();
   await until(async () => ((await check()) ? true : undefined), what, timeoutMs, o);
   return performance.now() - t0;
 }
+
+export const setUp = poller({ firstMs: 20, maxMs: 250 });
